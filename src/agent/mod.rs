@@ -1,0 +1,1 @@
+//! Agent entry points.

@@ -1,0 +1,70 @@
+//! A fixed-size, zero-initialised array allocated once. The only `unsafe` of the CCT lives here.
+
+use std::alloc::{self, Layout};
+use std::ops::Index;
+use std::ptr::NonNull;
+
+/// `len` values of `T`, all bits zero at creation, never reallocated or moved.
+///
+/// `T` must be a type for which all-zero bytes are a valid value: the CCT only stores atomics here,
+/// which are plain integers.
+pub(super) struct Arena<T> {
+    ptr: NonNull<T>,
+    len: usize,
+}
+
+// SAFETY: the arena owns its memory like a `Box<[T]>`; it is shared across threads only through `&T`,
+// which needs `T: Sync` (atomics are).
+unsafe impl<T: Send> Send for Arena<T> {}
+// SAFETY: see above.
+unsafe impl<T: Sync> Sync for Arena<T> {}
+
+/// Types for which the all-zero bit pattern is a valid value.
+///
+/// # Safety
+/// Implementors must be valid when zeroed.
+pub(super) unsafe trait Zeroable {}
+// SAFETY: atomics are integers; zero is a valid value.
+unsafe impl Zeroable for std::sync::atomic::AtomicU32 {}
+// SAFETY: the CCT node is a struct of atomics only.
+unsafe impl Zeroable for super::Node {}
+
+impl<T: Zeroable> Arena<T> {
+    /// Reserves `len` zeroed values; `None` if the memory cannot be had. Large zeroed allocations come
+    /// from fresh anonymous mappings, so untouched pages cost nothing.
+    pub(super) fn zeroed(len: usize) -> Option<Arena<T>> {
+        let layout = Layout::array::<T>(len.max(1)).ok()?;
+        // SAFETY: the layout has a non-zero size (len >= 1 and T is not zero-sized for our uses).
+        let raw = unsafe { alloc::alloc_zeroed(layout) } as *mut T;
+        NonNull::new(raw).map(|ptr| Arena { ptr, len: len.max(1) })
+    }
+}
+
+impl<T> Arena<T> {
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+}
+
+impl<T> Index<usize> for Arena<T> {
+    type Output = T;
+    #[inline]
+    fn index(&self, i: usize) -> &T {
+        assert!(i < self.len, "arena index out of range");
+        // SAFETY: `i` is in bounds and the memory holds `len` initialised (zeroed, `Zeroable`) values that
+        // live as long as `self`.
+        unsafe { &*self.ptr.as_ptr().add(i) }
+    }
+}
+
+impl<T> Drop for Arena<T> {
+    fn drop(&mut self) {
+        let layout = Layout::array::<T>(self.len).expect("layout was valid at allocation");
+        // SAFETY: allocated in `zeroed` with this same layout; the values need no drop (atomics).
+        unsafe { alloc::dealloc(self.ptr.as_ptr() as *mut u8, layout) }
+    }
+}

@@ -1,0 +1,397 @@
+//! The calling context tree: one tree for all threads and all engines.
+//!
+//! A node is keyed by (parent, frame id, callsite bci) and holds three counters: samples, weight (CPU
+//! nanoseconds or bytecodes) and calls. Everything lives in arenas allocated once at start-up ([`arena`]),
+//! so inserting never allocates, never locks and never calls into the JVM: it is safe inside a signal
+//! handler.
+//!
+//! Lookup is one open-addressing hash table over all nodes (slots hold node indices, published with a
+//! CAS); each node also heads a CAS-pushed list of its children, which only the (rare) snapshot walks.
+//! An insert that loses a race for a slot to the same key keeps the winner and wastes its own node (counted);
+//! it never waits for another thread, so a signal that interrupts an insert on the same thread cannot
+//! deadlock. When the arena is full, lookups of new keys fail and callers count the sample on the
+//! overflow node ([`Cct::overflow`]).
+
+mod arena;
+
+use crate::frame::{FrameId, Pseudo};
+use arena::Arena;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+/// A node index. 0 is "none".
+pub type NodeId = u32;
+
+/// The root node.
+pub const ROOT: NodeId = 1;
+
+#[repr(C)]
+struct Node {
+    frame: AtomicU64,
+    parent: AtomicU32,
+    callsite: AtomicI32,
+    first_child: AtomicU32,
+    next_sibling: AtomicU32,
+    samples: AtomicU64,
+    weight: AtomicU64,
+    calls: AtomicU64,
+}
+
+/// Hash table slots per node: a load factor of at most one half keeps probe sequences short.
+const SLOTS_PER_NODE: usize = 2;
+
+/// The tree. Shared by reference between threads (it is `Sync`).
+pub struct Cct {
+    nodes: Arena<Node>,
+    table: Arena<AtomicU32>,
+    mask: usize,
+    /// Next free node index.
+    next: AtomicU32,
+    overflow: NodeId,
+    overflow_samples: AtomicU64,
+    wasted: AtomicU64,
+}
+
+/// One node as [`Cct::snapshot`] returns it; `parent` indexes the snapshot (the root is its own parent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapNode {
+    pub frame: FrameId,
+    pub callsite: i32,
+    pub parent: u32,
+    pub samples: u64,
+    pub weight: u64,
+    pub calls: u64,
+}
+
+/// Occupancy figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CctStats {
+    pub nodes: u32,
+    pub capacity: u32,
+    pub bytes: usize,
+    pub overflow_samples: u64,
+    pub wasted_nodes: u64,
+}
+
+impl Cct {
+    /// Bytes of arena each node costs (node plus its share of the hash table).
+    pub const BYTES_PER_NODE: usize = std::mem::size_of::<Node>() + SLOTS_PER_NODE * std::mem::size_of::<AtomicU32>();
+
+    /// A tree that uses at most about `bytes` of memory. Pages are committed lazily by the kernel, so a
+    /// large, mostly unused arena costs little. Returns `None` when the memory cannot be reserved.
+    pub fn with_bytes(bytes: usize) -> Option<Cct> {
+        let capacity = (bytes / Self::BYTES_PER_NODE).clamp(16, (u32::MAX / 4) as usize);
+        let slots = (capacity * SLOTS_PER_NODE).next_power_of_two();
+        let cct = Cct {
+            nodes: Arena::zeroed(capacity + 1)?,
+            table: Arena::zeroed(slots)?,
+            mask: slots - 1,
+            next: AtomicU32::new(ROOT + 1),
+            overflow: 0,
+            overflow_samples: AtomicU64::new(0),
+            wasted: AtomicU64::new(0),
+        };
+        let root = &cct.nodes[ROOT as usize];
+        root.frame.store(FrameId::pseudo(Pseudo::Root).0, Ordering::Relaxed);
+        root.callsite.store(-1, Ordering::Relaxed);
+        let overflow = cct.child(ROOT, FrameId::pseudo(Pseudo::Overflow), -1).expect("room for the overflow node");
+        Some(Cct { overflow, ..cct })
+    }
+
+    /// The node that collects samples which found no room.
+    pub fn overflow(&self) -> NodeId {
+        self.overflow
+    }
+
+    fn capacity(&self) -> u32 {
+        (self.nodes.len() - 1) as u32
+    }
+
+    fn hash(parent: NodeId, frame: FrameId, callsite: i32) -> u64 {
+        // A multiply-xorshift mix of the three key parts; cheap and good enough for open addressing.
+        let mut h = frame.0 ^ ((parent as u64) << 32) ^ (callsite as u32 as u64).rotate_left(17);
+        h = h.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        h ^= h >> 29;
+        h = h.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        h ^ (h >> 32)
+    }
+
+    fn matches(&self, idx: NodeId, parent: NodeId, frame: FrameId, callsite: i32) -> bool {
+        let n = &self.nodes[idx as usize];
+        n.frame.load(Ordering::Relaxed) == frame.0
+            && n.parent.load(Ordering::Relaxed) == parent
+            && n.callsite.load(Ordering::Relaxed) == callsite
+    }
+
+    fn alloc(&self) -> Option<NodeId> {
+        let cap = self.capacity();
+        let mut cur = self.next.load(Ordering::Relaxed);
+        loop {
+            if cur > cap {
+                return None;
+            }
+            match self.next.compare_exchange_weak(cur, cur + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(cur),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// The child of `parent` for (`frame`, `callsite`), inserted if missing. `None` when the arena is full.
+    /// Lock-free and allocation-free: safe in a signal handler.
+    pub fn child(&self, parent: NodeId, frame: FrameId, callsite: i32) -> Option<NodeId> {
+        let mut slot = Self::hash(parent, frame, callsite) as usize & self.mask;
+        let mut fresh: NodeId = 0;
+        for _ in 0..=self.mask {
+            let mut idx = self.table[slot].load(Ordering::Acquire);
+            if idx == 0 {
+                if fresh == 0 {
+                    fresh = self.alloc()?;
+                    let n = &self.nodes[fresh as usize];
+                    n.frame.store(frame.0, Ordering::Relaxed);
+                    n.parent.store(parent, Ordering::Relaxed);
+                    n.callsite.store(callsite, Ordering::Relaxed);
+                }
+                // Release: the key fields above are visible to whoever reads the slot with Acquire.
+                match self.table[slot].compare_exchange(0, fresh, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        self.link(parent, fresh);
+                        return Some(fresh);
+                    }
+                    Err(winner) => idx = winner,
+                }
+            }
+            if self.matches(idx, parent, frame, callsite) {
+                if fresh != 0 {
+                    self.wasted.fetch_add(1, Ordering::Relaxed);
+                }
+                return Some(idx);
+            }
+            slot = (slot + 1) & self.mask;
+        }
+        None
+    }
+
+    /// Pushes `child` on the front of `parent`'s child list.
+    fn link(&self, parent: NodeId, child: NodeId) {
+        let p = &self.nodes[parent as usize];
+        let c = &self.nodes[child as usize];
+        let mut head = p.first_child.load(Ordering::Acquire);
+        loop {
+            c.next_sibling.store(head, Ordering::Relaxed);
+            match p.first_child.compare_exchange_weak(head, child, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(actual) => head = actual,
+            }
+        }
+    }
+
+    /// Walks (or extends) the path below `start`, one (frame, callsite) pair at a time, root side first.
+    /// Returns the last node, or the overflow node (with `false`) when the arena ran out on the way.
+    pub fn path<I: IntoIterator<Item = (FrameId, i32)>>(&self, start: NodeId, frames: I) -> (NodeId, bool) {
+        let mut node = start;
+        for (frame, callsite) in frames {
+            match self.child(node, frame, callsite) {
+                Some(n) => node = n,
+                None => return (self.overflow, false),
+            }
+        }
+        (node, true)
+    }
+
+    /// Adds a sample of `weight` to `node`. Samples on the overflow node are also counted as overflow.
+    pub fn add_sample(&self, node: NodeId, weight: u64) {
+        let n = &self.nodes[node as usize];
+        n.samples.fetch_add(1, Ordering::Relaxed);
+        n.weight.fetch_add(weight, Ordering::Relaxed);
+        if node == self.overflow {
+            self.overflow_samples.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds `samples` samples of total `weight` to `node` (batched deliveries).
+    pub fn add_samples(&self, node: NodeId, samples: u64, weight: u64) {
+        let n = &self.nodes[node as usize];
+        n.samples.fetch_add(samples, Ordering::Relaxed);
+        n.weight.fetch_add(weight, Ordering::Relaxed);
+        if node == self.overflow {
+            self.overflow_samples.fetch_add(samples, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds `calls` invocations and `weight` to `node` (exact mode).
+    pub fn add_calls(&self, node: NodeId, calls: u64, weight: u64) {
+        let n = &self.nodes[node as usize];
+        n.calls.fetch_add(calls, Ordering::Relaxed);
+        n.weight.fetch_add(weight, Ordering::Relaxed);
+    }
+
+    /// The frame and callsite of a node.
+    pub fn key(&self, node: NodeId) -> (FrameId, i32) {
+        let n = &self.nodes[node as usize];
+        (FrameId(n.frame.load(Ordering::Relaxed)), n.callsite.load(Ordering::Relaxed))
+    }
+
+    /// A consistent-enough copy of the tree for writing out while threads keep inserting: every node
+    /// reachable from the root, parents before children. Counters are read once each.
+    pub fn snapshot(&self) -> Vec<SnapNode> {
+        let mut out = Vec::with_capacity(self.next.load(Ordering::Relaxed) as usize);
+        let read = |idx: NodeId, parent: u32| {
+            let n = &self.nodes[idx as usize];
+            SnapNode {
+                frame: FrameId(n.frame.load(Ordering::Relaxed)),
+                callsite: n.callsite.load(Ordering::Relaxed),
+                parent,
+                samples: n.samples.load(Ordering::Relaxed),
+                weight: n.weight.load(Ordering::Relaxed),
+                calls: n.calls.load(Ordering::Relaxed),
+            }
+        };
+        out.push(read(ROOT, 0));
+        // (node, its index in `out`) pairs whose children are still to copy.
+        let mut work = vec![(ROOT, 0u32)];
+        while let Some((idx, at)) = work.pop() {
+            let mut c = self.nodes[idx as usize].first_child.load(Ordering::Acquire);
+            while c != 0 {
+                out.push(read(c, at));
+                work.push((c, (out.len() - 1) as u32));
+                c = self.nodes[c as usize].next_sibling.load(Ordering::Relaxed);
+            }
+        }
+        out
+    }
+
+    /// Sets every counter to zero (a new profiling session over the same tree). Samples that race with
+    /// the reset land on either side of it.
+    pub fn reset_counters(&self) {
+        let used = self.next.load(Ordering::Acquire).min(self.capacity() + 1);
+        for i in 1..used as usize {
+            let n = &self.nodes[i];
+            n.samples.store(0, Ordering::Relaxed);
+            n.weight.store(0, Ordering::Relaxed);
+            n.calls.store(0, Ordering::Relaxed);
+        }
+        self.overflow_samples.store(0, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> CctStats {
+        CctStats {
+            nodes: self.next.load(Ordering::Relaxed).min(self.capacity() + 1) - 1,
+            capacity: self.capacity(),
+            bytes: self.nodes.bytes() + self.table.bytes(),
+            overflow_samples: self.overflow_samples.load(Ordering::Relaxed),
+            wasted_nodes: self.wasted.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn f(n: u64) -> FrameId {
+        FrameId::jmethod(0x1000 + n * 8)
+    }
+
+    #[test]
+    fn same_key_same_node_distinct_callsites_distinct_nodes() {
+        let cct = Cct::with_bytes(1 << 20).unwrap();
+        let a = cct.child(ROOT, f(1), -1).unwrap();
+        assert_eq!(cct.child(ROOT, f(1), -1), Some(a));
+        let b1 = cct.child(a, f(2), 3).unwrap();
+        let b2 = cct.child(a, f(2), 9).unwrap();
+        assert_ne!(b1, b2);
+        assert_eq!(cct.key(b2), (f(2), 9));
+        // The same frame under another parent is another context.
+        let c = cct.child(b1, f(1), 0).unwrap();
+        assert_ne!(c, a);
+    }
+
+    #[test]
+    fn snapshot_has_parents_before_children_and_counters() {
+        let cct = Cct::with_bytes(1 << 20).unwrap();
+        let (leaf, ok) = cct.path(ROOT, [(f(1), -1), (f(2), 4), (f(3), 7)]);
+        assert!(ok);
+        cct.add_sample(leaf, 1000);
+        cct.add_sample(leaf, 1000);
+        cct.add_calls(leaf, 5, 0);
+        let snap = cct.snapshot();
+        // root, overflow, f1, f2, f3
+        assert_eq!(snap.len(), 5);
+        for (i, n) in snap.iter().enumerate().skip(1) {
+            assert!((n.parent as usize) < i);
+        }
+        let leaf_snap = snap.iter().find(|n| n.frame == f(3)).unwrap();
+        assert_eq!((leaf_snap.samples, leaf_snap.weight, leaf_snap.calls, leaf_snap.callsite), (2, 2000, 5, 7));
+        assert_eq!(snap[leaf_snap.parent as usize].frame, f(2));
+    }
+
+    #[test]
+    fn a_full_arena_sends_samples_to_the_overflow_node_and_counts_them() {
+        let cct = Cct::with_bytes(Cct::BYTES_PER_NODE * 16).unwrap();
+        let mut overflowed = 0;
+        for i in 0..100 {
+            let (node, ok) = cct.path(ROOT, [(f(i), -1)]);
+            if !ok {
+                overflowed += 1;
+                assert_eq!(node, cct.overflow());
+            }
+            cct.add_sample(node, 1);
+        }
+        let stats = cct.stats();
+        assert_eq!(stats.nodes, stats.capacity);
+        assert_eq!(stats.overflow_samples, overflowed);
+        assert!(overflowed > 80);
+        // Existing keys are still found when full.
+        assert!(cct.child(ROOT, f(0), -1).is_some());
+    }
+
+    #[test]
+    fn concurrent_inserts_agree_on_every_node() {
+        let cct = Arc::new(Cct::with_bytes(64 << 20).unwrap());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let cct = Arc::clone(&cct);
+                std::thread::spawn(move || {
+                    // Every thread inserts the same 20,000 paths in a different order.
+                    let mut x: u64 = 0x9E37_79B9 + t;
+                    for _ in 0..200_000 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let a = x % 100;
+                        let b = (x >> 20) % 200;
+                        let (leaf, ok) = cct.path(ROOT, [(f(a), -1), (f(1000 + b), (a % 3) as i32)]);
+                        assert!(ok);
+                        cct.add_sample(leaf, 1);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let snap = cct.snapshot();
+        let total: u64 = snap.iter().map(|n| n.samples).sum();
+        assert_eq!(total, 800_000);
+        // No key appears twice in the snapshot.
+        let mut keys: Vec<_> = snap.iter().map(|n| (n.parent, n.frame, n.callsite)).collect();
+        keys.sort();
+        let before = keys.len();
+        keys.dedup();
+        assert_eq!(before, keys.len());
+        // 100 first-level nodes, 100 x 200 second-level nodes, root and overflow.
+        assert_eq!(snap.len(), 2 + 100 + 100 * 200);
+    }
+
+    #[test]
+    fn reset_clears_counters_but_keeps_nodes() {
+        let cct = Cct::with_bytes(1 << 20).unwrap();
+        let (leaf, _) = cct.path(ROOT, [(f(1), -1)]);
+        cct.add_sample(leaf, 10);
+        cct.reset_counters();
+        let snap = cct.snapshot();
+        assert_eq!(snap.len(), 3);
+        assert!(snap.iter().all(|n| n.samples == 0 && n.weight == 0));
+    }
+}

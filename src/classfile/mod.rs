@@ -1,0 +1,1 @@
+//! The class-file engine: reader, code model, editor and writer. No JVMTI dependency.

@@ -1,0 +1,3 @@
+//! The profiling engines: each turns program execution into samples or counts in the CCT.
+
+pub mod asgct;

@@ -1,0 +1,172 @@
+//! Writers (and, for `kprof report`/`kprof compare`, readers) of resolved profiles. They take a
+//! [`Profile`] and know nothing of engines.
+//!
+//! Every file is written atomically: a temporary file in the same directory, created exclusively with
+//! owner-only permissions and without following symlinks, then renamed over the target.
+
+pub mod collapsed;
+pub mod html;
+pub mod json;
+pub mod pprof;
+pub mod text;
+
+use crate::profile::{Metric, Profile};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// An output format.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Format {
+    /// Collapsed stacks (`a;b;c 42`), for flamegraph.pl and speedscope.
+    Collapsed,
+    /// A self-contained interactive flame graph.
+    Html,
+    /// The calling context tree as JSON (schema in the README).
+    Json,
+    /// pprof: gzipped protobuf.
+    Pprof,
+    /// The text report of `kprof report`.
+    Text,
+}
+
+impl Format {
+    pub const ACCEPTED: &'static str = "collapsed, html, json, pprof, text";
+
+    pub fn parse(s: &str) -> Option<Format> {
+        Some(match s {
+            "collapsed" | "folded" => Format::Collapsed,
+            "html" => Format::Html,
+            "json" => Format::Json,
+            "pprof" => Format::Pprof,
+            "text" | "txt" => Format::Text,
+            _ => return None,
+        })
+    }
+
+    /// The format a file name implies: `.collapsed`/`.folded`, `.html`/`.htm`, `.json`, `.pb.gz`/`.pprof`/`.pb`,
+    /// `.txt`.
+    pub fn from_path(path: &str) -> Option<Format> {
+        let lower = path.to_ascii_lowercase();
+        let ends = |s: &str| lower.ends_with(s);
+        Some(if ends(".collapsed") || ends(".folded") {
+            Format::Collapsed
+        } else if ends(".html") || ends(".htm") {
+            Format::Html
+        } else if ends(".json") {
+            Format::Json
+        } else if ends(".pb.gz") || ends(".pprof") || ends(".pb") {
+            Format::Pprof
+        } else if ends(".txt") {
+            Format::Text
+        } else {
+            return None;
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Collapsed => "collapsed",
+            Format::Html => "html",
+            Format::Json => "json",
+            Format::Pprof => "pprof",
+            Format::Text => "text",
+        }
+    }
+}
+
+/// Renders `profile` in `format`; `metric` is the counter collapsed stacks, the flame graph and the text
+/// report show (JSON and pprof carry every counter).
+pub fn render(profile: &Profile, format: Format, metric: Metric) -> Vec<u8> {
+    match format {
+        Format::Collapsed => collapsed::render(profile, metric),
+        Format::Html => html::render(profile, metric),
+        Format::Json => json::render(profile),
+        Format::Pprof => pprof::render(profile),
+        Format::Text => text::render(profile, metric, text::DEFAULT_TOP).into_bytes(),
+    }
+}
+
+/// Reads a profile written by kprof as JSON, or any collapsed-stacks file.
+pub fn read_profile(path: &Path) -> Result<Profile, String> {
+    let bytes = fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("{}: not UTF-8 text (JSON or collapsed stacks expected)", path.display()))?;
+    if text.trim_start().starts_with('{') {
+        json::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    } else {
+        collapsed::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// Writes `bytes` to `path` atomically (see the module comment). Returns the absolute path written.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path.file_name().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let mut attempt = 0u32;
+    let (tmp, mut file) = loop {
+        let tmp = dir.join(format!(".{}.{}.{}.tmp", name.to_string_lossy(), std::process::id(), attempt));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+        {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    let result = file.write_all(bytes).and_then(|_| file.sync_data());
+    drop(file);
+    if let Err(e) = result.and_then(|_| fs::rename(&tmp, path)) {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_follow_extensions() {
+        assert_eq!(Format::from_path("/tmp/a.html"), Some(Format::Html));
+        assert_eq!(Format::from_path("a.COLLAPSED"), Some(Format::Collapsed));
+        assert_eq!(Format::from_path("a.pb.gz"), Some(Format::Pprof));
+        assert_eq!(Format::from_path("a.json"), Some(Format::Json));
+        assert_eq!(Format::from_path("a.txt"), Some(Format::Text));
+        assert_eq!(Format::from_path("a.bin"), None);
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temporary() {
+        let dir = std::env::temp_dir().join(format!("kprof-out-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("p.txt");
+        write_atomic(&target, b"one").unwrap();
+        write_atomic(&target, b"two").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"two");
+        let leftovers: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o600);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn atomic_write_reports_an_unwritable_directory() {
+        let err = write_atomic(Path::new("/nonexistent-kprof-dir/x.html"), b"x").unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    }
+}

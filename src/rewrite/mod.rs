@@ -1,0 +1,1 @@
+//! Mode rewrites built on the class-file engine (probe, bytecode, exact). No JVMTI dependency.
