@@ -1,11 +1,423 @@
-//! The JSON calling context tree.
+//! The JSON calling context tree (`"format": "kprof-cct"`, schema in docs/json-format.md).
+//!
+//! Nodes are a flat array indexed by node id, each naming its parent and its children, so neither the
+//! writer nor any reader has to recurse: a 100,000-deep tree is as easy as a flat one, and JSON readers
+//! with nesting limits (serde_json: 128, Python: ~1000) read it. One node per line keeps big files
+//! usable with line-oriented tools.
 
-use crate::profile::Profile;
+use crate::profile::{BlockCount, Frame, FrameKind, Meta, Metric, Node, Profile, WeightUnit};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
-pub fn render(_profile: &Profile) -> Vec<u8> {
-    b"{}".to_vec()
+/// The value of `"format"`.
+pub const FORMAT: &str = "kprof-cct";
+/// The schema version this writer produces and the reader accepts.
+pub const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct MetaJson {
+    mode: String,
+    weight_unit: String,
+    #[serde(default)]
+    default_metric: Option<String>,
+    #[serde(default)]
+    interval: u64,
+    #[serde(default)]
+    timer: String,
+    #[serde(default)]
+    jvm: String,
+    #[serde(default)]
+    start_unix_ms: u64,
+    #[serde(default)]
+    duration_ns: u64,
+    #[serde(default)]
+    counters: BTreeMap<String, u64>,
 }
 
-pub fn parse(_text: &str) -> Result<Profile, String> {
-    Err("json reader not built yet".into())
+#[derive(Serialize)]
+struct TotalsJson {
+    samples: u64,
+    weight: u64,
+    calls: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct FrameJson {
+    kind: String,
+    #[serde(default)]
+    class: String,
+    method: String,
+    #[serde(default)]
+    signature: String,
+    /// The display name; written for readers' convenience, ignored when read (it follows from the rest).
+    #[serde(default, skip_deserializing)]
+    name: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct BlockJson {
+    start_bci: u32,
+    end_bci: u32,
+    count: u64,
+}
+
+#[derive(Serialize)]
+struct NodeOut<'a> {
+    id: u32,
+    parent: i64,
+    frame: u32,
+    callsite: i32,
+    samples: u64,
+    weight: u64,
+    calls: u64,
+    total_samples: u64,
+    total_weight: u64,
+    total_calls: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    blocks: Vec<BlockJson>,
+    children: &'a [u32],
+}
+
+#[derive(Deserialize)]
+struct NodeIn {
+    #[serde(default)]
+    id: Option<u64>,
+    parent: i64,
+    frame: u64,
+    #[serde(default = "unknown_callsite")]
+    callsite: i32,
+    #[serde(default)]
+    samples: u64,
+    #[serde(default)]
+    weight: u64,
+    #[serde(default)]
+    calls: u64,
+    #[serde(default)]
+    blocks: Vec<BlockJson>,
+    #[serde(default)]
+    children: Option<Vec<u64>>,
+}
+
+fn unknown_callsite() -> i32 {
+    -1
+}
+
+#[derive(Deserialize)]
+struct DocIn {
+    format: String,
+    version: u32,
+    meta: MetaJson,
+    frames: Vec<FrameJson>,
+    nodes: Vec<NodeIn>,
+}
+
+fn metric_key(m: Metric) -> &'static str {
+    match m {
+        Metric::Samples => "samples",
+        Metric::Weight => "weight",
+        Metric::Calls => "calls",
+    }
+}
+
+/// Renders the profile as a `kprof-cct` JSON document (every counter, self and inclusive).
+pub fn render(profile: &Profile) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256 + profile.frames.len() * 96 + profile.nodes.len() * 160);
+    let meta = &profile.meta;
+    let meta_json = MetaJson {
+        mode: meta.mode.clone(),
+        weight_unit: meta.weight_unit.as_str().to_string(),
+        default_metric: meta.default_metric.map(|m| metric_key(m).to_string()),
+        interval: meta.interval,
+        timer: meta.timer.clone(),
+        jvm: meta.jvm.clone(),
+        start_unix_ms: meta.start_unix_ms,
+        duration_ns: meta.duration_ns,
+        counters: meta.counters.clone(),
+    };
+    let [samples, weight, calls] = [Metric::Samples, Metric::Weight, Metric::Calls].map(|m| profile.totals(m));
+    out.extend_from_slice(format!("{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\n\"meta\":").as_bytes());
+    write(&mut out, &meta_json);
+    out.extend_from_slice(b",\n\"totals\":");
+    write(&mut out, &TotalsJson { samples: samples[0], weight: weight[0], calls: calls[0] });
+    out.extend_from_slice(b",\n\"frames\":[");
+    for (i, f) in profile.frames.iter().enumerate() {
+        out.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
+        let frame = FrameJson {
+            kind: f.kind.as_str().to_string(),
+            class: f.class.clone(),
+            method: f.method.clone(),
+            signature: f.signature.clone(),
+            name: f.display_name(),
+        };
+        write(&mut out, &frame);
+    }
+    out.extend_from_slice(b"],\n\"nodes\":[");
+    let parents = profile.parents();
+    for (i, n) in profile.nodes.iter().enumerate() {
+        out.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
+        let node = NodeOut {
+            id: i as u32,
+            parent: if i == 0 { -1 } else { parents[i] as i64 },
+            frame: n.frame,
+            callsite: n.callsite,
+            samples: n.samples,
+            weight: n.weight,
+            calls: n.calls,
+            total_samples: samples[i],
+            total_weight: weight[i],
+            total_calls: calls[i],
+            blocks: n
+                .blocks
+                .iter()
+                .map(|b| BlockJson { start_bci: b.start_bci, end_bci: b.end_bci, count: b.count })
+                .collect(),
+            children: &n.children,
+        };
+        write(&mut out, &node);
+    }
+    out.extend_from_slice(b"]}\n");
+    out
+}
+
+/// Appends `value` as JSON (serde_json cannot fail on these plain types).
+fn write<T: Serialize>(out: &mut Vec<u8>, value: &T) {
+    serde_json::to_writer(out, value).expect("JSON of plain data");
+}
+
+/// Reads a `kprof-cct` JSON document back into the profile it was written from. The inclusive totals
+/// and frame names in the file are ignored (they follow from the rest). Nodes may give `children`, or
+/// only `parent` (then children are in file order).
+pub fn parse(text: &str) -> Result<Profile, String> {
+    let doc: DocIn = serde_json::from_str(text).map_err(|e| format!("not a kprof JSON profile: {e}"))?;
+    if doc.format != FORMAT {
+        return Err(format!("format is '{}', expected '{FORMAT}'", doc.format));
+    }
+    if doc.version != VERSION {
+        return Err(format!("version {} is not supported (this kprof reads version {VERSION})", doc.version));
+    }
+    let m = doc.meta;
+    let default_metric = match m.default_metric.as_deref() {
+        None => None,
+        Some(s) => Some(Metric::parse(s).ok_or_else(|| format!("meta.default_metric '{s}' is not a metric"))?),
+    };
+    let weight_unit = WeightUnit::parse(&m.weight_unit)
+        .ok_or_else(|| format!("meta.weight_unit '{}' is not one of none, cpu_ns, bytecodes", m.weight_unit))?;
+    let meta = Meta {
+        mode: m.mode,
+        weight_unit,
+        default_metric,
+        interval: m.interval,
+        timer: m.timer,
+        jvm: m.jvm,
+        start_unix_ms: m.start_unix_ms,
+        duration_ns: m.duration_ns,
+        counters: m.counters,
+    };
+    let mut frames = Vec::with_capacity(doc.frames.len());
+    for (i, f) in doc.frames.into_iter().enumerate() {
+        let kind = FrameKind::parse(&f.kind)
+            .ok_or_else(|| format!("frames[{i}].kind '{}' is not one of java, native, pseudo, thread", f.kind))?;
+        frames.push(Frame { kind, class: f.class, method: f.method, signature: f.signature });
+    }
+    let count = doc.nodes.len();
+    if count == 0 {
+        return Err("no nodes (the root is required)".to_string());
+    }
+    if count > u32::MAX as usize {
+        return Err("too many nodes".to_string());
+    }
+    let explicit_children = doc.nodes.iter().any(|n| n.children.is_some());
+    let mut parents = Vec::with_capacity(count);
+    let mut nodes = Vec::with_capacity(count);
+    for (i, n) in doc.nodes.into_iter().enumerate() {
+        if let Some(id) = n.id {
+            if id != i as u64 {
+                return Err(format!("nodes[{i}].id is {id}: nodes must be listed by id"));
+            }
+        }
+        if n.frame >= frames.len() as u64 {
+            return Err(format!("nodes[{i}].frame {} is not a frame index", n.frame));
+        }
+        let valid_parent = if i == 0 { n.parent == -1 } else { n.parent >= 0 && (n.parent as u64) < count as u64 };
+        if !valid_parent {
+            return Err(format!("nodes[{i}].parent {} is not valid (the root, node 0, has parent -1)", n.parent));
+        }
+        let mut children = Vec::new();
+        for c in n.children.unwrap_or_default() {
+            if c == 0 || c >= count as u64 {
+                return Err(format!("nodes[{i}].children has {c}, not a node index"));
+            }
+            children.push(c as u32);
+        }
+        parents.push(n.parent);
+        nodes.push(Node {
+            frame: n.frame as u32,
+            callsite: n.callsite,
+            samples: n.samples,
+            weight: n.weight,
+            calls: n.calls,
+            blocks: n
+                .blocks
+                .into_iter()
+                .map(|b| BlockCount { start_bci: b.start_bci, end_bci: b.end_bci, count: b.count })
+                .collect(),
+            children,
+        });
+    }
+    if !explicit_children {
+        for (i, &p) in parents.iter().enumerate().skip(1) {
+            nodes[p as usize].children.push(i as u32);
+        }
+    }
+    check_tree(&nodes, &parents)?;
+    Ok(Profile { meta, frames, nodes })
+}
+
+/// Every node but the root is listed as a child exactly once, by its own parent, and is reachable from
+/// the root.
+fn check_tree(nodes: &[Node], parents: &[i64]) -> Result<(), String> {
+    let mut listed = vec![false; nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        for &c in &n.children {
+            if parents[c as usize] != i as i64 {
+                return Err(format!("nodes[{i}] lists child {c}, whose parent is {}", parents[c as usize]));
+            }
+            if std::mem::replace(&mut listed[c as usize], true) {
+                return Err(format!("node {c} is listed twice as a child"));
+            }
+        }
+    }
+    if let Some(i) = (1..nodes.len()).find(|&i| !listed[i]) {
+        return Err(format!("node {i} is not listed among its parent's children"));
+    }
+    let mut seen = 0usize;
+    let mut work = vec![0u32];
+    while let Some(n) = work.pop() {
+        seen += 1;
+        work.extend_from_slice(&nodes[n as usize].children);
+    }
+    if seen != nodes.len() {
+        return Err(format!("{} nodes are not reachable from the root", nodes.len() - seen));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Profile {
+        let mut meta = Meta {
+            mode: "exact".into(),
+            weight_unit: WeightUnit::Bytecodes,
+            default_metric: Some(Metric::Calls),
+            interval: 0,
+            timer: String::new(),
+            jvm: "OpenJDK 64-Bit Server VM 21.0.2".into(),
+            start_unix_ms: 1_700_000_000_123,
+            duration_ns: 2_500_000_000,
+            counters: BTreeMap::new(),
+        };
+        meta.counters.insert("classes_rewritten".into(), 812);
+        let mut p = Profile::new(meta);
+        let main = p.intern(Frame::java("a.Main", "main", "([Ljava/lang/String;)V"));
+        let f = p.intern(Frame::java("a.B$C", "f\"quoted\"\\", "(IJ)Ljava/lang/Object;"));
+        let n = p.intern(Frame { kind: FrameKind::Native, ..Frame::java("java.lang.Object", "hashCode", "()I") });
+        let t = p.intern(Frame::thread("pool-1 \u{1F600} <worker>"));
+        let nt = p.add_child(0, t, -1);
+        let nm = p.add_child(nt, main, -1);
+        let a = p.add_child(nm, f, 4);
+        let b = p.add_child(nm, f, 17);
+        let c = p.add_child(a, n, 2);
+        p.nodes[nm as usize].calls = 1;
+        p.nodes[a as usize].calls = 10;
+        p.nodes[a as usize].weight = 1234;
+        p.nodes[a as usize].blocks =
+            vec![BlockCount { start_bci: 0, end_bci: 5, count: 10 }, BlockCount { start_bci: 5, end_bci: 9, count: 3 }];
+        p.nodes[b as usize].calls = 7;
+        p.nodes[c as usize].calls = 10;
+        p.nodes[c as usize].samples = 2;
+        p
+    }
+
+    #[test]
+    fn round_trips_to_an_equal_profile() {
+        let p = sample();
+        let text = String::from_utf8(render(&p)).unwrap();
+        let back = parse(&text).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(render(&back), text.as_bytes());
+    }
+
+    #[test]
+    fn golden_document() {
+        let mut p = Profile::new(Meta { mode: "asgct".into(), weight_unit: WeightUnit::CpuNanos, ..Meta::default() });
+        let f = p.intern(Frame::java("A", "f", "()V"));
+        let n = p.add_child(0, f, 3);
+        p.nodes[n as usize].samples = 2;
+        p.nodes[n as usize].weight = 2_000_000;
+        let text = String::from_utf8(render(&p)).unwrap();
+        let expected = r#"{"format":"kprof-cct","version":1,
+"meta":{"mode":"asgct","weight_unit":"cpu_ns","default_metric":null,"interval":0,"timer":"","jvm":"","start_unix_ms":0,"duration_ns":0,"counters":{}},
+"totals":{"samples":2,"weight":2000000,"calls":0},
+"frames":[
+{"kind":"pseudo","class":"","method":"[root]","signature":"","name":"[root]"},
+{"kind":"java","class":"A","method":"f","signature":"()V","name":"A.f()void"}],
+"nodes":[
+{"id":0,"parent":-1,"frame":0,"callsite":-1,"samples":0,"weight":0,"calls":0,"total_samples":2,"total_weight":2000000,"total_calls":0,"children":[1]},
+{"id":1,"parent":0,"frame":1,"callsite":3,"samples":2,"weight":2000000,"calls":0,"total_samples":2,"total_weight":2000000,"total_calls":0,"children":[]}]}
+"#;
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn reads_nodes_given_by_parent_only() {
+        let text = r#"{"format":"kprof-cct","version":1,"meta":{"mode":"script","weight_unit":"none"},
+            "frames":[{"kind":"pseudo","method":"[root]"},{"kind":"java","class":"A","method":"f"}],
+            "nodes":[{"parent":-1,"frame":0},{"parent":0,"frame":1,"samples":3},{"parent":1,"frame":1,"samples":1}]}"#;
+        let p = parse(text).unwrap();
+        assert_eq!(p.totals(Metric::Samples), vec![4, 4, 1]);
+        assert_eq!(p.nodes[1].children, vec![2]);
+        assert_eq!(p.nodes[1].callsite, -1);
+    }
+
+    #[test]
+    fn rejects_malformed_documents() {
+        let good = String::from_utf8(render(&sample())).unwrap();
+        let cases: Vec<(String, &str)> = vec![
+            ("{}".into(), "not a kprof JSON profile"),
+            (good.replace("kprof-cct", "other"), "format is 'other'"),
+            (good.replace("\"version\":1", "\"version\":2"), "version 2 is not supported"),
+            (good.replace("\"kind\":\"thread\"", "\"kind\":\"robot\""), "kind 'robot'"),
+            (good.replace("\"weight_unit\":\"bytecodes\"", "\"weight_unit\":\"furlongs\""), "weight_unit"),
+            (good.replace("\"children\":[3,4]", "\"children\":[3,3]"), "listed twice"),
+            (good.replace("\"children\":[3,4]", "\"children\":[3]"), "not listed"),
+            (good.replace("\"id\":2,\"parent\":1", "\"id\":2,\"parent\":7"), "parent 7 is not valid"),
+            (good.replace("\"id\":0,\"parent\":-1,\"frame\":0", "\"id\":0,\"parent\":-1,\"frame\":99"), "frame 99"),
+        ];
+        for (text, want) in cases {
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains(want), "{err} (wanted {want})");
+        }
+        // A cycle detached from the root.
+        let text = r#"{"format":"kprof-cct","version":1,"meta":{"mode":"x","weight_unit":"none"},
+            "frames":[{"kind":"pseudo","method":"[root]"}],
+            "nodes":[{"parent":-1,"frame":0,"children":[]},{"parent":2,"frame":0,"children":[2]},
+                     {"parent":1,"frame":0,"children":[1]}]}"#;
+        assert!(parse(text).unwrap_err().contains("not reachable"));
+    }
+
+    #[test]
+    fn deep_trees_round_trip_without_recursion() {
+        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() });
+        let f = p.intern(Frame::java("A", "r", "()V"));
+        let mut n = 0;
+        for i in 0..100_000 {
+            n = p.add_child(n, f, i % 7);
+        }
+        p.nodes[n as usize].samples = 5;
+        let text = String::from_utf8(render(&p)).unwrap();
+        let back = parse(&text).unwrap();
+        assert_eq!(back, p);
+    }
 }

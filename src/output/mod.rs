@@ -5,6 +5,7 @@
 //! owner-only permissions and without following symlinks, then renamed over the target.
 
 pub mod collapsed;
+pub mod compare;
 pub mod html;
 pub mod json;
 pub mod pprof;
@@ -23,7 +24,7 @@ pub enum Format {
     Collapsed,
     /// A self-contained interactive flame graph.
     Html,
-    /// The calling context tree as JSON (schema in the README).
+    /// The calling context tree as JSON (schema in docs/json-format.md).
     Json,
     /// pprof: gzipped protobuf.
     Pprof,
@@ -86,6 +87,11 @@ pub fn render(profile: &Profile, format: Format, metric: Metric) -> Vec<u8> {
         Format::Pprof => pprof::render(profile),
         Format::Text => text::render(profile, metric, text::DEFAULT_TOP).into_bytes(),
     }
+}
+
+/// The display name of every frame, indexed like [`Profile::frames`] (computed once per frame, not per node).
+pub fn display_names(profile: &Profile) -> Vec<String> {
+    profile.frames.iter().map(|f| f.display_name()).collect()
 }
 
 /// Reads a profile written by kprof as JSON, or any collapsed-stacks file.
