@@ -1,5 +1,340 @@
-//! JVMTI and JNI: the bindgen-generated declarations and thin, commented wrappers around them.
+//! JVMTI and JNI: the bindgen-generated declarations ([`bindings`]) and thin, commented wrappers.
+//!
+//! Every wrapper calls one function-table entry. They are sound as long as the environment pointers they
+//! hold came from the JVM (`GetEnv`, an event callback) and, for JNI, are used on the thread they belong
+//! to; the types below make those the only ways to build them.
 
 #[allow(clippy::all)]
 #[rustfmt::skip]
 pub mod bindings;
+pub mod vmstructs;
+
+use bindings::*;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::ptr;
+
+/// A JVMTI error code, with its name for messages.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct JvmtiError(pub jvmtiError);
+
+impl std::fmt::Display for JvmtiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.0 {
+            JVMTI_ERROR_INVALID_THREAD => "INVALID_THREAD",
+            JVMTI_ERROR_INVALID_METHODID => "INVALID_METHODID",
+            JVMTI_ERROR_INVALID_CLASS => "INVALID_CLASS",
+            JVMTI_ERROR_CLASS_NOT_PREPARED => "CLASS_NOT_PREPARED",
+            JVMTI_ERROR_WRONG_PHASE => "WRONG_PHASE",
+            JVMTI_ERROR_NOT_AVAILABLE => "NOT_AVAILABLE",
+            JVMTI_ERROR_MUST_POSSESS_CAPABILITY => "MUST_POSSESS_CAPABILITY",
+            JVMTI_ERROR_UNMODIFIABLE_CLASS => "UNMODIFIABLE_CLASS",
+            JVMTI_ERROR_OUT_OF_MEMORY => "OUT_OF_MEMORY",
+            JVMTI_ERROR_ABSENT_INFORMATION => "ABSENT_INFORMATION",
+            JVMTI_ERROR_THREAD_NOT_ALIVE => "THREAD_NOT_ALIVE",
+            _ => "",
+        };
+        if name.is_empty() {
+            write!(f, "JVMTI error {}", self.0)
+        } else {
+            write!(f, "JVMTI_ERROR_{name}")
+        }
+    }
+}
+
+pub type JvmtiResult<T> = Result<T, JvmtiError>;
+
+fn check(err: jvmtiError) -> JvmtiResult<()> {
+    if err == JVMTI_ERROR_NONE {
+        Ok(())
+    } else {
+        Err(JvmtiError(err))
+    }
+}
+
+/// The JavaVM. Usable from any thread.
+#[derive(Clone, Copy)]
+pub struct JavaVm(*mut JavaVM);
+
+// SAFETY: a JavaVM pointer is process-global and the invocation interface is thread-safe.
+unsafe impl Send for JavaVm {}
+// SAFETY: see above.
+unsafe impl Sync for JavaVm {}
+
+impl JavaVm {
+    /// # Safety
+    /// `vm` must be the pointer the JVM passed to `Agent_OnLoad`/`Agent_OnAttach`.
+    pub unsafe fn from_raw(vm: *mut JavaVM) -> JavaVm {
+        JavaVm(vm)
+    }
+
+    pub fn raw(self) -> *mut JavaVM {
+        self.0
+    }
+
+    /// A JVMTI environment of `version` (e.g. `JVMTI_VERSION_1_2`).
+    pub fn jvmti(self, version: u32) -> Option<Jvmti> {
+        let mut env: *mut c_void = ptr::null_mut();
+        // SAFETY: `self.0` is the JVM's JavaVM and GetEnv is always present in its function table.
+        let rc = unsafe { ((**self.0).GetEnv?)(self.0, &mut env, version as jint) };
+        (rc == JNI_OK as jint && !env.is_null()).then_some(Jvmti(env as *mut jvmtiEnv))
+    }
+
+    /// The JNI environment of the calling thread, if it is attached.
+    pub fn jni(self) -> Option<Jni> {
+        let mut env: *mut c_void = ptr::null_mut();
+        // SAFETY: as in `jvmti`. Never called from a signal handler.
+        let rc = unsafe { ((**self.0).GetEnv?)(self.0, &mut env, JNI_VERSION_1_8 as jint) };
+        (rc == JNI_OK as jint && !env.is_null()).then_some(Jni(env as *mut JNIEnv))
+    }
+
+    /// Attaches the calling (native) thread as a daemon thread named `name`.
+    pub fn attach_daemon(self, name: &str) -> Option<Jni> {
+        let cname = CString::new(name).ok()?;
+        let mut args = JavaVMAttachArgs { version: JNI_VERSION_1_8 as jint, name: cname.as_ptr() as *mut c_char, group: ptr::null_mut() };
+        let mut env: *mut c_void = ptr::null_mut();
+        // SAFETY: valid JavaVM; `args` and the name outlive the call.
+        let rc = unsafe { ((**self.0).AttachCurrentThreadAsDaemon?)(self.0, &mut env, &mut args as *mut _ as *mut c_void) };
+        (rc == JNI_OK as jint && !env.is_null()).then_some(Jni(env as *mut JNIEnv))
+    }
+
+    /// Detaches the calling thread (attached with [`JavaVm::attach_daemon`]).
+    pub fn detach(self) {
+        // SAFETY: valid JavaVM; detaching an attached native thread is always allowed.
+        unsafe {
+            if let Some(f) = (**self.0).DetachCurrentThread {
+                f(self.0);
+            }
+        }
+    }
+}
+
+/// A JVMTI environment. JVMTI functions may be called from any thread (in the phases they allow).
+#[derive(Clone, Copy)]
+pub struct Jvmti(*mut jvmtiEnv);
+
+// SAFETY: JVMTI environments are valid on every thread.
+unsafe impl Send for Jvmti {}
+// SAFETY: see above.
+unsafe impl Sync for Jvmti {}
+
+/// Memory that JVMTI allocated and the agent must `Deallocate`; frees itself on drop.
+pub struct JvmtiBuf<T> {
+    env: Jvmti,
+    ptr: *mut T,
+    len: usize,
+}
+
+impl<T> JvmtiBuf<T> {
+    pub fn as_slice(&self) -> &[T] {
+        if self.ptr.is_null() || self.len == 0 {
+            return &[];
+        }
+        // SAFETY: JVMTI returned `len` initialised elements at `ptr`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl<T> Drop for JvmtiBuf<T> {
+    fn drop(&mut self) {
+        self.env.deallocate(self.ptr as *mut u8);
+    }
+}
+
+macro_rules! call {
+    ($env:expr, $f:ident $(, $arg:expr)*) => {{
+        let env = $env.0;
+        // SAFETY (for every use): `env` is a JVMTI environment from the JVM, whose function table has
+        // every entry of the version we requested; arguments are valid for the duration of the call.
+        match unsafe { (**env).$f } {
+            Some(f) => unsafe { f(env $(, $arg)*) },
+            None => JVMTI_ERROR_NOT_AVAILABLE,
+        }
+    }};
+}
+
+impl Jvmti {
+    /// # Safety
+    /// `env` must be a JVMTI environment pointer obtained from the JVM.
+    pub unsafe fn from_raw(env: *mut jvmtiEnv) -> Jvmti {
+        Jvmti(env)
+    }
+
+    pub fn raw(self) -> *mut jvmtiEnv {
+        self.0
+    }
+
+    pub fn potential_capabilities(self) -> JvmtiResult<jvmtiCapabilities> {
+        let mut caps = jvmtiCapabilities::default();
+        check(call!(self, GetPotentialCapabilities, &mut caps))?;
+        Ok(caps)
+    }
+
+    pub fn add_capabilities(self, caps: &jvmtiCapabilities) -> JvmtiResult<()> {
+        check(call!(self, AddCapabilities, caps))
+    }
+
+    pub fn set_event_callbacks(self, callbacks: &jvmtiEventCallbacks) -> JvmtiResult<()> {
+        check(call!(self, SetEventCallbacks, callbacks, std::mem::size_of::<jvmtiEventCallbacks>() as jint))
+    }
+
+    /// Enables (`on`) or disables an event for all threads.
+    pub fn set_event(self, event: jvmtiEvent, on: bool) -> JvmtiResult<()> {
+        let mode = if on { JVMTI_ENABLE } else { JVMTI_DISABLE };
+        check(call!(self, SetEventNotificationMode, mode, event, ptr::null_mut::<_jobject>()))
+    }
+
+    pub fn deallocate(self, p: *mut u8) {
+        if !p.is_null() {
+            call!(self, Deallocate, p);
+        }
+    }
+
+    fn take_string(self, p: *mut c_char) -> String {
+        if p.is_null() {
+            return String::new();
+        }
+        // SAFETY: JVMTI returns NUL-terminated modified UTF-8, which we read as lossy UTF-8.
+        let s = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+        self.deallocate(p as *mut u8);
+        s
+    }
+
+    pub fn loaded_classes(self) -> JvmtiResult<JvmtiBuf<jclass>> {
+        let mut n: jint = 0;
+        let mut p: *mut jclass = ptr::null_mut();
+        check(call!(self, GetLoadedClasses, &mut n, &mut p))?;
+        Ok(JvmtiBuf { env: self, ptr: p, len: n.max(0) as usize })
+    }
+
+    /// The class's methods; as a side effect the JVM creates a jmethodID for each (AsyncGetCallTrace
+    /// needs them to exist before it runs).
+    pub fn class_methods(self, klass: jclass) -> JvmtiResult<JvmtiBuf<jmethodID>> {
+        let mut n: jint = 0;
+        let mut p: *mut jmethodID = ptr::null_mut();
+        check(call!(self, GetClassMethods, klass, &mut n, &mut p))?;
+        Ok(JvmtiBuf { env: self, ptr: p, len: n.max(0) as usize })
+    }
+
+    /// (name, signature) of a method.
+    pub fn method_name(self, m: jmethodID) -> JvmtiResult<(String, String)> {
+        let mut name: *mut c_char = ptr::null_mut();
+        let mut sig: *mut c_char = ptr::null_mut();
+        check(call!(self, GetMethodName, m, &mut name, &mut sig, ptr::null_mut()))?;
+        Ok((self.take_string(name), self.take_string(sig)))
+    }
+
+    pub fn method_declaring_class(self, m: jmethodID) -> JvmtiResult<jclass> {
+        let mut k: jclass = ptr::null_mut();
+        check(call!(self, GetMethodDeclaringClass, m, &mut k))?;
+        Ok(k)
+    }
+
+    pub fn method_modifiers(self, m: jmethodID) -> JvmtiResult<i32> {
+        let mut mods: jint = 0;
+        check(call!(self, GetMethodModifiers, m, &mut mods))?;
+        Ok(mods)
+    }
+
+    /// The class's JVM signature (`Ljava/lang/String;`).
+    pub fn class_signature(self, k: jclass) -> JvmtiResult<String> {
+        let mut sig: *mut c_char = ptr::null_mut();
+        check(call!(self, GetClassSignature, k, &mut sig, ptr::null_mut()))?;
+        Ok(self.take_string(sig))
+    }
+
+    /// The thread's name.
+    pub fn thread_name(self, t: jthread) -> JvmtiResult<String> {
+        let mut info = jvmtiThreadInfo::default();
+        check(call!(self, GetThreadInfo, t, &mut info))?;
+        Ok(self.take_string(info.name))
+    }
+
+    pub fn all_threads(self) -> JvmtiResult<JvmtiBuf<jthread>> {
+        let mut n: jint = 0;
+        let mut p: *mut jthread = ptr::null_mut();
+        check(call!(self, GetAllThreads, &mut n, &mut p))?;
+        Ok(JvmtiBuf { env: self, ptr: p, len: n.max(0) as usize })
+    }
+
+    pub fn system_property(self, name: &str) -> Option<String> {
+        let cname = CString::new(name).ok()?;
+        let mut value: *mut c_char = ptr::null_mut();
+        check(call!(self, GetSystemProperty, cname.as_ptr(), &mut value)).ok()?;
+        Some(self.take_string(value))
+    }
+
+    pub fn phase(self) -> JvmtiResult<jvmtiPhase> {
+        let mut phase: jvmtiPhase = 0;
+        check(call!(self, GetPhase, &mut phase))?;
+        Ok(phase)
+    }
+}
+
+/// A JNI environment: valid only on the thread it belongs to, so it is neither `Send` nor `Sync`.
+#[derive(Clone, Copy)]
+pub struct Jni(*mut JNIEnv);
+
+macro_rules! jni {
+    ($env:expr, $f:ident $(, $arg:expr)*) => {{
+        let env = $env.0;
+        // SAFETY (for every use): `env` is the current thread's JNIEnv (the type is !Send), and every JNI
+        // table entry is present.
+        unsafe { ((**env).$f.expect(concat!("JNI ", stringify!($f))))(env $(, $arg)*) }
+    }};
+}
+
+impl Jni {
+    /// # Safety
+    /// `env` must be the JNIEnv of the calling thread.
+    pub unsafe fn from_raw(env: *mut JNIEnv) -> Jni {
+        Jni(env)
+    }
+
+    pub fn raw(self) -> *mut JNIEnv {
+        self.0
+    }
+
+    pub fn delete_local_ref(self, obj: jobject) {
+        if !obj.is_null() {
+            jni!(self, DeleteLocalRef, obj);
+        }
+    }
+
+    /// Clears a pending exception, if any; returns whether there was one.
+    pub fn clear_exception(self) -> bool {
+        let pending = jni!(self, ExceptionCheck) != 0;
+        if pending {
+            jni!(self, ExceptionClear);
+        }
+        pending
+    }
+
+    pub fn find_class(self, name: &str) -> Option<jclass> {
+        let cname = CString::new(name).ok()?;
+        let k = jni!(self, FindClass, cname.as_ptr());
+        if k.is_null() {
+            self.clear_exception();
+            return None;
+        }
+        Some(k)
+    }
+
+    pub fn object_class(self, obj: jobject) -> jclass {
+        jni!(self, GetObjectClass, obj)
+    }
+
+    /// The id of instance field `name` of type `sig`, if it exists.
+    pub fn field_id(self, class: jclass, name: &str, sig: &str) -> Option<jfieldID> {
+        let (n, s) = (CString::new(name).ok()?, CString::new(sig).ok()?);
+        let id = jni!(self, GetFieldID, class, n.as_ptr(), s.as_ptr());
+        if id.is_null() {
+            self.clear_exception();
+            return None;
+        }
+        Some(id)
+    }
+
+    pub fn long_field(self, obj: jobject, field: jfieldID) -> i64 {
+        jni!(self, GetLongField, obj, field)
+    }
+}

@@ -1,1 +1,340 @@
-//! mode=asgct.
+//! mode=asgct: CPU-time sampling of Java threads from a timer signal with AsyncGetCallTrace.
+//!
+//! Each Java thread gets its own timer ([`timer`]) when it is registered; the signal handler
+//! ([`Sampler::on_signal`]) runs on the sampled thread, asks AsyncGetCallTrace for its stack and adds the
+//! sample to the CCT. The handler allocates nothing, takes no lock and calls nothing but
+//! AsyncGetCallTrace, `gettid` and, for perf, one `ioctl` to re-arm.
+
+pub mod threads;
+pub mod timer;
+
+use crate::cct::{Cct, NodeId};
+use crate::frame::{FrameId, Pseudo};
+use crate::options::TimerKind;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use threads::{CallFrame, ACTIVE, REGISTRY, SLOTS};
+
+/// `ASGCT_CallTrace`.
+#[repr(C)]
+struct CallTrace {
+    env: *mut c_void,
+    num_frames: i32,
+    frames: *mut CallFrame,
+}
+
+type AsgctFn = unsafe extern "C" fn(*mut CallTrace, i32, *mut c_void);
+
+/// Sampling counters.
+#[derive(Default)]
+pub struct SamplerStats {
+    /// Samples recorded in the CCT.
+    pub samples: AtomicU64,
+    /// Samples with at least one Java frame.
+    pub usable: AtomicU64,
+    /// Signals that could not be turned into a sample (handler busy, thread being removed).
+    pub dropped: AtomicU64,
+    /// itimer signals that landed on a thread that is not a registered Java thread.
+    pub foreign: AtomicU64,
+    /// Threads that got a timer.
+    pub threads: AtomicU64,
+    /// Threads that could not get a timer (no free slot, timer refused).
+    pub threads_refused: AtomicU64,
+    /// CPU time of sampled threads that have ended or been removed, nanoseconds.
+    pub cpu_ns_done: AtomicU64,
+}
+
+/// The running sampler. One per process, leaked on start (the handler may run until the process ends).
+pub struct Sampler {
+    cct: &'static Cct,
+    asgct: AsgctFn,
+    /// The timer that actually runs (never `Auto`).
+    pub timer: TimerKind,
+    pub interval_ns: u64,
+    depth: u32,
+    running: AtomicBool,
+    pub stats: SamplerStats,
+}
+
+static SAMPLER: AtomicPtr<Sampler> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Finds AsyncGetCallTrace in the JVM.
+fn find_asgct() -> Option<AsgctFn> {
+    // SAFETY: dlsym/dlopen with NUL-terminated names; RTLD_NOLOAD never loads a new library.
+    let mut p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"AsyncGetCallTrace".as_ptr()) };
+    if p.is_null() {
+        // SAFETY: as above.
+        let handle = unsafe { libc::dlopen(c"libjvm.so".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if !handle.is_null() {
+            // SAFETY: as above.
+            p = unsafe { libc::dlsym(handle, c"AsyncGetCallTrace".as_ptr()) };
+        }
+    }
+    // SAFETY: the symbol is HotSpot's `void AsyncGetCallTrace(ASGCT_CallTrace*, jint, void*)`.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, AsgctFn>(p) })
+}
+
+/// Whether the kernel lets this process open a per-thread perf cpu-clock event.
+fn perf_allowed(interval_ns: u64) -> Result<(), String> {
+    match timer::perf_open(timer::gettid(), interval_ns) {
+        Ok(fd) => {
+            timer::perf_close(fd);
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl Sampler {
+    /// Chooses the timer, installs the signal handler and returns the sampler (not yet sampling any
+    /// thread: see [`Sampler::register`]). `note` receives one line per decision worth reporting
+    /// (a fallback from perf to ctimer, say).
+    pub fn start(cct: &'static Cct, asked: TimerKind, interval_ns: u64, depth: u32, note: &mut dyn FnMut(String)) -> Result<&'static Sampler, String> {
+        if let Some(existing) = Sampler::get() {
+            existing.running.store(true, Ordering::Release);
+            return Ok(existing);
+        }
+        let asgct = find_asgct().ok_or("AsyncGetCallTrace not found in this JVM")?;
+        let timer = match asked {
+            TimerKind::Auto => match perf_allowed(interval_ns) {
+                Ok(()) => TimerKind::Perf,
+                Err(e) => {
+                    note(format!("perf_event_open refused ({e}); using timer=ctimer (at most one sample per kernel tick)"));
+                    TimerKind::Ctimer
+                }
+            },
+            TimerKind::Perf => {
+                perf_allowed(interval_ns).map_err(|e| format!("timer=perf: perf_event_open refused ({e}); try timer=ctimer"))?;
+                TimerKind::Perf
+            }
+            other => other,
+        };
+        let sampler: &'static Sampler = Box::leak(Box::new(Sampler {
+            cct,
+            asgct,
+            timer,
+            interval_ns,
+            depth,
+            running: AtomicBool::new(true),
+            stats: SamplerStats::default(),
+        }));
+        SAMPLER.store(sampler as *const Sampler as *mut Sampler, Ordering::Release);
+        install_handler()?;
+        if timer == TimerKind::Itimer {
+            timer::itimer_set(Some(interval_ns)).map_err(|e| format!("setitimer: {e}"))?;
+        }
+        Ok(sampler)
+    }
+
+    /// The sampler, once started.
+    pub fn get() -> Option<&'static Sampler> {
+        let p = SAMPLER.load(Ordering::Acquire);
+        // SAFETY: the pointer is either null or a leaked `Sampler` that lives until the process exits.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Starts sampling thread `tid` whose JNIEnv is `env`; its samples go below CCT node `root`.
+    pub fn register(&self, tid: i32, env: *mut c_void, root: NodeId) -> Result<(), String> {
+        let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        if threads::lookup(tid).is_some_and(|s| s.state.load(Ordering::Acquire) == ACTIVE) {
+            return Ok(());
+        }
+        let Some(idx) = threads::claim(tid, env, root, self.depth) else {
+            self.stats.threads_refused.fetch_add(1, Ordering::Relaxed);
+            return Err(format!("more than {} threads at once", threads::MAX_THREADS));
+        };
+        let slot = &SLOTS[idx];
+        slot.cpu_start_ns.store(timer::thread_cpu_ns(tid).unwrap_or(0), Ordering::Relaxed);
+        // Publish the slot before the timer can fire.
+        threads::activate(idx);
+        let armed = match self.timer {
+            TimerKind::Perf => timer::perf_open(tid, self.interval_ns).map(|fd| slot.perf_fd.store(fd, Ordering::Release)),
+            TimerKind::Ctimer => timer::ctimer_create(tid, self.interval_ns, idx as i32).map(|t| slot.ctimer.store(t + 1, Ordering::Release)),
+            TimerKind::Itimer | TimerKind::Auto => Ok(()),
+        };
+        match armed {
+            Ok(()) => {
+                self.stats.threads.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                threads::deactivate(idx);
+                threads::release(idx);
+                self.stats.threads_refused.fetch_add(1, Ordering::Relaxed);
+                Err(format!("{} timer for thread {tid}: {e}", self.timer.name()))
+            }
+        }
+    }
+
+    /// Stops sampling thread `tid` (at ThreadEnd, on the thread itself, or when sampling stops).
+    pub fn unregister(&self, tid: i32) {
+        let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = threads::lookup(tid) {
+            let idx = (slot as *const _ as usize - SLOTS.as_ptr() as usize) / std::mem::size_of::<threads::Slot>();
+            self.remove_slot(idx);
+        }
+    }
+
+    /// Caller holds REGISTRY.
+    fn remove_slot(&self, idx: usize) {
+        let slot = &SLOTS[idx];
+        threads::deactivate(idx);
+        let fd = slot.perf_fd.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            timer::perf_close(fd);
+        }
+        let t = slot.ctimer.swap(0, Ordering::AcqRel);
+        if t != 0 {
+            timer::ctimer_delete(t - 1);
+        }
+        let tid = slot.tid.load(Ordering::Relaxed);
+        if let Some(now) = timer::thread_cpu_ns(tid) {
+            let used = now.saturating_sub(slot.cpu_start_ns.load(Ordering::Relaxed));
+            self.stats.cpu_ns_done.fetch_add(used, Ordering::Relaxed);
+        }
+        threads::release(idx);
+    }
+
+    /// Stops sampling every thread; the handler stays installed (a late signal is ignored).
+    pub fn stop(&self) {
+        self.running.store(false, Ordering::Release);
+        if self.timer == TimerKind::Itimer {
+            let _ = timer::itimer_set(None);
+        }
+        let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        for idx in threads::in_use() {
+            self.remove_slot(idx);
+        }
+    }
+
+    /// CPU time of the sampled threads so far (ended ones plus the live ones), nanoseconds.
+    pub fn sampled_cpu_ns(&self) -> u64 {
+        let _guard = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        let live: u64 = threads::in_use()
+            .into_iter()
+            .map(|i| {
+                let s = &SLOTS[i];
+                timer::thread_cpu_ns(s.tid.load(Ordering::Relaxed)).unwrap_or(0).saturating_sub(s.cpu_start_ns.load(Ordering::Relaxed))
+            })
+            .sum();
+        live + self.stats.cpu_ns_done.load(Ordering::Relaxed)
+    }
+
+    /// The signal handler's work. Runs on the interrupted thread.
+    ///
+    /// # Safety
+    /// `info` and `ucontext` must be what the kernel passed to the SA_SIGINFO handler.
+    unsafe fn on_signal(&self, info: *const libc::siginfo_t, ucontext: *mut c_void) {
+        // SAFETY: forwarded from the handler's contract.
+        let si = unsafe { timer::SigInfo::read(info) };
+        let tid = timer::gettid();
+        let Some(slot) = threads::lookup(tid) else {
+            if self.timer == TimerKind::Itimer && self.is_running() {
+                // The process-wide timer hit a thread that runs no Java code (GC, JIT, ...): an unusable
+                // sample, counted as the baseline counts it.
+                self.stats.foreign.fetch_add(1, Ordering::Relaxed);
+                self.record_pseudo(crate::cct::ROOT, Pseudo::NotJava, self.interval_ns);
+            } else {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        };
+        if slot.state.load(Ordering::Acquire) != ACTIVE || !self.is_running() {
+            return;
+        }
+        if slot.busy.swap(true, Ordering::AcqRel) {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let weight = match self.timer {
+            TimerKind::Ctimer if si.code == timer::SI_TIMER => self.interval_ns.saturating_mul(1 + si.overrun.max(0) as u64),
+            _ => self.interval_ns,
+        };
+        let frames = slot.frames.load(Ordering::Acquire);
+        let depth = slot.frames_len.load(Ordering::Acquire).min(self.depth);
+        let mut trace = CallTrace { env: slot.env.load(Ordering::Relaxed), num_frames: 0, frames };
+        // SAFETY: `trace` points to this thread's JNIEnv and a buffer of `depth` frames owned by the slot
+        // (never freed); `ucontext` is the interrupted context. AsyncGetCallTrace is designed to run in a
+        // signal handler on the sampled thread.
+        unsafe { (self.asgct)(&mut trace, depth as i32, ucontext) };
+        let root = slot.root.load(Ordering::Relaxed);
+        if trace.num_frames > 0 {
+            // SAFETY: AsyncGetCallTrace filled `num_frames` (<= depth) entries of the buffer.
+            let stack = unsafe { std::slice::from_raw_parts(frames, (trace.num_frames as usize).min(depth as usize)) };
+            self.record_stack(root, stack, trace.num_frames as u32 >= depth, weight);
+            self.stats.usable.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.record_pseudo(root, Pseudo::from_asgct(trace.num_frames), weight);
+        }
+        if self.timer == TimerKind::Perf {
+            let fd = slot.perf_fd.load(Ordering::Acquire);
+            if fd >= 0 {
+                timer::perf_rearm(fd);
+            }
+        }
+        slot.busy.store(false, Ordering::Release);
+    }
+
+    fn record_pseudo(&self, root: NodeId, p: Pseudo, weight: u64) {
+        let node = self.cct.child(root, FrameId::pseudo(p), -1).unwrap_or(self.cct.overflow());
+        self.cct.add_sample(node, weight);
+        self.stats.samples.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds a stack (callee first, as AsyncGetCallTrace returns it) below `root`. Each frame's callsite
+    /// is the bci its caller was executing.
+    fn record_stack(&self, root: NodeId, stack: &[CallFrame], truncated: bool, weight: u64) {
+        let mut node = root;
+        if truncated {
+            node = self.cct.child(node, FrameId::pseudo(Pseudo::Truncated), -1).unwrap_or(self.cct.overflow());
+        }
+        for i in (0..stack.len()).rev() {
+            if node == self.cct.overflow() {
+                break;
+            }
+            let f = stack[i];
+            let callsite = stack.get(i + 1).map_or(-1, |caller| caller.lineno.max(-1));
+            let id = if f.method_id.is_null() {
+                FrameId::pseudo(Pseudo::UnknownJava)
+            } else if f.lineno == -3 {
+                FrameId::jnative(f.method_id as u64)
+            } else {
+                FrameId::jmethod(f.method_id as u64)
+            };
+            node = self.cct.child(node, id, callsite).unwrap_or(self.cct.overflow());
+        }
+        self.cct.add_sample(node, weight);
+        self.stats.samples.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+extern "C" fn handler(_sig: libc::c_int, info: *mut libc::siginfo_t, ucontext: *mut c_void) {
+    // SAFETY: errno is thread-local and always addressable; the handler must leave it as it found it.
+    let errno = unsafe { *libc::__errno_location() };
+    if let Some(s) = Sampler::get() {
+        // SAFETY: the kernel passed `info` and `ucontext` to this SA_SIGINFO handler.
+        unsafe { s.on_signal(info, ucontext) };
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+fn install_handler() -> Result<(), String> {
+    // SAFETY: a zeroed sigaction is valid; we fill handler, flags and an empty mask.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = handler as *const () as usize;
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: valid pointers; SIGPROF is not used by the JVM.
+    let rc = unsafe {
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(timer::SIGNAL, &sa, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(format!("sigaction(SIGPROF): {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}

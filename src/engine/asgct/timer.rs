@@ -1,0 +1,242 @@
+//! The three timers that can drive asgct sampling, as thin wrappers over the Linux system calls.
+//!
+//! * perf: a per-thread `perf_event_open` software `cpu-clock` event. It is hrtimer based, so it honours
+//!   intervals below the kernel tick (HZ=250 here). Each overflow disables the event (`REFRESH 1`) and
+//!   queues the signal to the owning thread (`F_SETSIG`, `F_SETOWN_EX` with `F_OWNER_TID`); the handler
+//!   re-arms it. libc lacks these constants and the attribute struct, so they are declared here.
+//! * ctimer: a per-thread POSIX timer on the thread's CPU clock (`timer_create` with `SIGEV_THREAD_ID`).
+//!   Ticks with the scheduler: at most one expiry per tick, the rest reported as overruns.
+//! * itimer: the process-wide `setitimer(ITIMER_PROF)`: the signal lands on whichever thread is running.
+
+use std::io;
+
+/// The signal all timers deliver.
+pub const SIGNAL: libc::c_int = libc::SIGPROF;
+
+const F_SETSIG: libc::c_int = 10;
+const F_SETOWN_EX: libc::c_int = 15;
+const F_OWNER_TID: libc::c_int = 0;
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+const PERF_EVENT_IOC_RESET: libc::c_ulong = 0x2403;
+const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
+/// Bits of `perf_event_attr.flags`.
+const ATTR_DISABLED: u64 = 1 << 0;
+const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
+const ATTR_EXCLUDE_HV: u64 = 1 << 6;
+
+/// `struct perf_event_attr` up to `config3` (PERF_ATTR_SIZE_VER8, 136 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved_2: u16,
+    aux_sample_size: u32,
+    reserved_3: u32,
+    sig_data: u64,
+    config3: u64,
+}
+
+#[repr(C)]
+struct FOwnerEx {
+    kind: libc::c_int,
+    pid: libc::pid_t,
+}
+
+/// The calling thread's kernel id. Async-signal-safe.
+#[inline]
+pub fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// The CPU-time clock of thread `tid` of this process (the kernel's MAKE_THREAD_CPUCLOCK(tid, SCHED)).
+fn thread_cpu_clock(tid: i32) -> libc::clockid_t {
+    ((!tid) << 3) | 6
+}
+
+/// CPU time consumed so far by thread `tid` of this process, in nanoseconds.
+pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer; an invalid clock id just fails with EINVAL.
+    let rc = unsafe { libc::clock_gettime(thread_cpu_clock(tid), &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// Opens a perf cpu-clock event on thread `tid` that signals that thread every `period_ns` of its CPU
+/// time. Returns the file descriptor; the event starts counting at once.
+pub fn perf_open(tid: i32, period_ns: u64) -> io::Result<i32> {
+    let attr = PerfEventAttr {
+        kind: PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_SW_CPU_CLOCK,
+        sample_period: period_ns,
+        flags: ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV,
+        wakeup_events: 1,
+        ..PerfEventAttr::default()
+    };
+    // SAFETY: `attr` is a valid, fully initialised perf_event_attr of the size it declares.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, tid, -1i32, -1i32, PERF_FLAG_FD_CLOEXEC)
+    } as i32;
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let owner = FOwnerEx { kind: F_OWNER_TID, pid: tid };
+    // SAFETY: `fd` is ours; the fcntl/ioctl arguments are plain integers or a valid pointer to `owner`.
+    let ok = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, flags | libc::O_ASYNC) == 0
+            && libc::fcntl(fd, F_SETSIG, SIGNAL) == 0
+            && libc::fcntl(fd, F_SETOWN_EX, &owner as *const FOwnerEx) == 0
+            && libc::ioctl(fd, PERF_EVENT_IOC_RESET, 0) == 0
+            && libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) == 0
+    };
+    if !ok {
+        let err = io::Error::last_os_error();
+        perf_close(fd);
+        return Err(err);
+    }
+    Ok(fd)
+}
+
+/// Re-arms a perf event for one more overflow. Async-signal-safe.
+#[inline]
+pub fn perf_rearm(fd: i32) {
+    // SAFETY: an ioctl on our own descriptor; a stale descriptor just fails.
+    unsafe {
+        libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+    }
+}
+
+pub fn perf_close(fd: i32) {
+    // SAFETY: closing our own descriptor.
+    unsafe {
+        libc::close(fd);
+    }
+}
+
+/// A POSIX timer on thread `tid`'s CPU clock that sends [`SIGNAL`] to that thread every `period_ns`,
+/// carrying `cookie` in `si_value`. Returns the timer id.
+pub fn ctimer_create(tid: i32, period_ns: u64, cookie: i32) -> io::Result<usize> {
+    // SAFETY: sigevent is plain data; zeroed is a valid starting value.
+    let mut sev: libc::sigevent = unsafe { std::mem::zeroed() };
+    sev.sigev_notify = libc::SIGEV_THREAD_ID;
+    sev.sigev_signo = SIGNAL;
+    sev.sigev_notify_thread_id = tid;
+    sev.sigev_value = libc::sigval { sival_ptr: cookie as isize as *mut libc::c_void };
+    let mut timer: libc::timer_t = std::ptr::null_mut();
+    // SAFETY: valid pointers to initialised structures.
+    if unsafe { libc::timer_create(thread_cpu_clock(tid), &mut sev, &mut timer) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let spec = libc::itimerspec { it_interval: timespec(period_ns), it_value: timespec(period_ns) };
+    // SAFETY: `timer` was just created; `spec` is valid.
+    if unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) } != 0 {
+        let err = io::Error::last_os_error();
+        ctimer_delete(timer as usize);
+        return Err(err);
+    }
+    Ok(timer as usize)
+}
+
+pub fn ctimer_delete(timer: usize) {
+    // SAFETY: deleting a timer id we created; a deleted id just fails.
+    unsafe {
+        libc::timer_delete(timer as libc::timer_t);
+    }
+}
+
+/// Starts (`Some(period)`) or stops (`None`) the process-wide profiling interval timer.
+pub fn itimer_set(period_ns: Option<u64>) -> io::Result<()> {
+    let tv = |ns: u64| libc::timeval { tv_sec: (ns / 1_000_000_000) as _, tv_usec: ((ns % 1_000_000_000) / 1000) as _ };
+    let ns = period_ns.unwrap_or(0);
+    let value = libc::itimerval { it_interval: tv(ns), it_value: tv(ns) };
+    // SAFETY: valid pointer to an initialised itimerval.
+    if unsafe { libc::setitimer(libc::ITIMER_PROF, &value, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec { tv_sec: (ns / 1_000_000_000) as _, tv_nsec: (ns % 1_000_000_000) as _ }
+}
+
+/// Fields of a `siginfo_t` the handler needs, read at their Linux x86-64/aarch64 offsets (the libc
+/// crate exposes only some of them).
+pub struct SigInfo {
+    pub code: i32,
+    /// perf: the descriptor that overflowed (`si_fd`).
+    pub fd: i32,
+    /// ctimer: expirations lost since the last signal (`si_overrun`).
+    pub overrun: i32,
+    /// ctimer: the cookie given to [`ctimer_create`] (`si_value`).
+    pub cookie: i32,
+}
+
+/// `si_code` values.
+pub const SI_TIMER: i32 = -2;
+pub const POLL_HUP: i32 = 6;
+pub const POLL_IN: i32 = 1;
+
+impl SigInfo {
+    /// # Safety
+    /// `info` must be the `siginfo_t` pointer the kernel passed to an SA_SIGINFO handler.
+    #[inline]
+    pub unsafe fn read(info: *const libc::siginfo_t) -> SigInfo {
+        let base = info as *const u8;
+        // SAFETY: siginfo_t is 128 bytes; the union starts at offset 16 on 64-bit Linux. For timers it is
+        // {int tid; int overrun; sigval value}, for SIGPOLL {long band; int fd}.
+        unsafe {
+            let code = (base.add(8) as *const i32).read();
+            SigInfo {
+                code,
+                overrun: (base.add(20) as *const i32).read(),
+                cookie: (base.add(24) as *const i64).read() as i32,
+                fd: (base.add(24) as *const i32).read(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_attr_has_the_kernel_size() {
+        assert_eq!(std::mem::size_of::<PerfEventAttr>(), 136);
+    }
+
+    #[test]
+    fn thread_cpu_clock_reads_our_own_thread() {
+        let tid = gettid();
+        let a = thread_cpu_ns(tid).unwrap();
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_add(i * i);
+        }
+        std::hint::black_box(x);
+        let b = thread_cpu_ns(tid).unwrap();
+        assert!(b > a);
+    }
+}
