@@ -338,6 +338,9 @@ mod tests {
         v
     }
 
+    /// A sample's (function id, line) pairs, leaf first, and its values.
+    type DecodedSample = (Vec<(u64, u64)>, Vec<u64>);
+
     fn decode(gz: &[u8]) -> Vec<u8> {
         let mut raw = Vec::new();
         GzDecoder::new(gz).read_to_end(&mut raw).unwrap();
@@ -398,7 +401,7 @@ mod tests {
                 (loc[0].2, (function, number))
             })
             .collect();
-        let samples: Vec<(Vec<(u64, u64)>, Vec<u64>)> = top
+        let samples: Vec<DecodedSample> = top
             .iter()
             .filter(|f| f.0 == 2)
             .map(|f| {
