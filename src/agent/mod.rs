@@ -85,9 +85,10 @@ fn on_load(vm: JavaVm, text: Option<&str>) -> Result<(), String> {
     }
     let jvmti = vm.jvmti(JVMTI_VERSION_1_2).ok_or("kprof: cannot get a JVMTI environment (JVMTI 1.2+ needed)")?;
     let cct_bytes = options.cct_mb as usize * 1024 * 1024;
-    let cct: &'static Cct = Box::leak(Box::new(
-        Cct::with_bytes(cct_bytes).ok_or_else(|| format!("kprof: bad option 'cct_mb={}': cannot reserve that much memory", options.cct_mb))?,
-    ));
+    let cct: &'static Cct =
+        Box::leak(Box::new(Cct::with_bytes(cct_bytes).ok_or_else(|| {
+            format!("kprof: bad option 'cct_mb={}': cannot reserve that much memory", options.cct_mb)
+        })?));
     for f in &options.files {
         check_writable(&expand_path(&f.path, std::process::id(), 0));
     }
@@ -124,7 +125,8 @@ fn check_writable(path: &str) {
 
 impl Agent {
     fn setup_events(&self) -> Result<(), String> {
-        let potential = self.jvmti.potential_capabilities().map_err(|e| format!("kprof: GetPotentialCapabilities: {e}"))?;
+        let potential =
+            self.jvmti.potential_capabilities().map_err(|e| format!("kprof: GetPotentialCapabilities: {e}"))?;
         let mut caps = jvmtiCapabilities::default();
         // Lets HotSpot record debug info at non-safepoint PCs (DebugNonSafepoints), so AsyncGetCallTrace
         // attributes compiled and inlined frames precisely.
@@ -166,7 +168,13 @@ impl Agent {
         self.preallocate_method_ids(jni);
         match self.options.mode {
             Mode::Asgct => {
-                let started = Sampler::start(self.cct, self.options.timer, self.options.interval_ns, self.options.depth, &mut |n| say(&n));
+                let started = Sampler::start(
+                    self.cct,
+                    self.options.timer,
+                    self.options.interval_ns,
+                    self.options.depth,
+                    &mut |n| say(&n),
+                );
                 match started {
                     Ok(_) => self.register_live_threads(jni, thread),
                     Err(e) => say(&format!("sampling disabled: {e}")),
@@ -278,7 +286,8 @@ impl Agent {
                 let Some(jni) = vm.attach_daemon("kprof-control") else { return };
                 let start = Instant::now();
                 let dump = (self.options.dump_ns > 0).then(|| Duration::from_nanos(self.options.dump_ns));
-                let stop_at = (self.options.duration_ns > 0).then(|| start + Duration::from_nanos(self.options.duration_ns));
+                let stop_at =
+                    (self.options.duration_ns > 0).then(|| start + Duration::from_nanos(self.options.duration_ns));
                 let mut next_dump = dump.map(|d| start + d);
                 loop {
                     let wake = [next_dump, stop_at].into_iter().flatten().min();

@@ -23,6 +23,7 @@ unsafe impl<T: Sync> Sync for Arena<T> {}
 ///
 /// # Safety
 /// Implementors must be valid when zeroed.
+#[allow(dead_code)] // only used as a bound, which the lint does not count
 pub(super) unsafe trait Zeroable {}
 // SAFETY: atomics are integers; zero is a valid value.
 unsafe impl Zeroable for std::sync::atomic::AtomicU32 {}

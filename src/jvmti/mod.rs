@@ -90,10 +90,15 @@ impl JavaVm {
     /// Attaches the calling (native) thread as a daemon thread named `name`.
     pub fn attach_daemon(self, name: &str) -> Option<Jni> {
         let cname = CString::new(name).ok()?;
-        let mut args = JavaVMAttachArgs { version: JNI_VERSION_1_8 as jint, name: cname.as_ptr() as *mut c_char, group: ptr::null_mut() };
+        let mut args = JavaVMAttachArgs {
+            version: JNI_VERSION_1_8 as jint,
+            name: cname.as_ptr() as *mut c_char,
+            group: ptr::null_mut(),
+        };
         let mut env: *mut c_void = ptr::null_mut();
         // SAFETY: valid JavaVM; `args` and the name outlive the call.
-        let rc = unsafe { ((**self.0).AttachCurrentThreadAsDaemon?)(self.0, &mut env, &mut args as *mut _ as *mut c_void) };
+        let rc =
+            unsafe { ((**self.0).AttachCurrentThreadAsDaemon?)(self.0, &mut env, &mut args as *mut _ as *mut c_void) };
         (rc == JNI_OK as jint && !env.is_null()).then_some(Jni(env as *mut JNIEnv))
     }
 

@@ -89,7 +89,13 @@ impl Sampler {
     /// Chooses the timer, installs the signal handler and returns the sampler (not yet sampling any
     /// thread: see [`Sampler::register`]). `note` receives one line per decision worth reporting
     /// (a fallback from perf to ctimer, say).
-    pub fn start(cct: &'static Cct, asked: TimerKind, interval_ns: u64, depth: u32, note: &mut dyn FnMut(String)) -> Result<&'static Sampler, String> {
+    pub fn start(
+        cct: &'static Cct,
+        asked: TimerKind,
+        interval_ns: u64,
+        depth: u32,
+        note: &mut dyn FnMut(String),
+    ) -> Result<&'static Sampler, String> {
         if let Some(existing) = Sampler::get() {
             existing.running.store(true, Ordering::Release);
             return Ok(existing);
@@ -99,12 +105,15 @@ impl Sampler {
             TimerKind::Auto => match perf_allowed(interval_ns) {
                 Ok(()) => TimerKind::Perf,
                 Err(e) => {
-                    note(format!("perf_event_open refused ({e}); using timer=ctimer (at most one sample per kernel tick)"));
+                    note(format!(
+                        "perf_event_open refused ({e}); using timer=ctimer (at most one sample per kernel tick)"
+                    ));
                     TimerKind::Ctimer
                 }
             },
             TimerKind::Perf => {
-                perf_allowed(interval_ns).map_err(|e| format!("timer=perf: perf_event_open refused ({e}); try timer=ctimer"))?;
+                perf_allowed(interval_ns)
+                    .map_err(|e| format!("timer=perf: perf_event_open refused ({e}); try timer=ctimer"))?;
                 TimerKind::Perf
             }
             other => other,
@@ -152,8 +161,11 @@ impl Sampler {
         // Publish the slot before the timer can fire.
         threads::activate(idx);
         let armed = match self.timer {
-            TimerKind::Perf => timer::perf_open(tid, self.interval_ns).map(|fd| slot.perf_fd.store(fd, Ordering::Release)),
-            TimerKind::Ctimer => timer::ctimer_create(tid, self.interval_ns, idx as i32).map(|t| slot.ctimer.store(t + 1, Ordering::Release)),
+            TimerKind::Perf => {
+                timer::perf_open(tid, self.interval_ns).map(|fd| slot.perf_fd.store(fd, Ordering::Release))
+            }
+            TimerKind::Ctimer => timer::ctimer_create(tid, self.interval_ns, idx as i32)
+                .map(|t| slot.ctimer.store(t + 1, Ordering::Release)),
             TimerKind::Itimer | TimerKind::Auto => Ok(()),
         };
         match armed {
@@ -218,7 +230,9 @@ impl Sampler {
             .into_iter()
             .map(|i| {
                 let s = &SLOTS[i];
-                timer::thread_cpu_ns(s.tid.load(Ordering::Relaxed)).unwrap_or(0).saturating_sub(s.cpu_start_ns.load(Ordering::Relaxed))
+                timer::thread_cpu_ns(s.tid.load(Ordering::Relaxed))
+                    .unwrap_or(0)
+                    .saturating_sub(s.cpu_start_ns.load(Ordering::Relaxed))
             })
             .sum();
         live + self.stats.cpu_ns_done.load(Ordering::Relaxed)
@@ -251,7 +265,9 @@ impl Sampler {
             return;
         }
         let weight = match self.timer {
-            TimerKind::Ctimer if si.code == timer::SI_TIMER => self.interval_ns.saturating_mul(1 + si.overrun.max(0) as u64),
+            TimerKind::Ctimer if si.code == timer::SI_TIMER => {
+                self.interval_ns.saturating_mul(1 + si.overrun.max(0) as u64)
+            }
             _ => self.interval_ns,
         };
         let frames = slot.frames.load(Ordering::Acquire);

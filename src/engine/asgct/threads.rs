@@ -148,12 +148,14 @@ fn map_remove(tid: i32) {
 /// thread to it. The slot stays `FREE` (ignored by the handler) until the caller publishes it with
 /// [`activate`]. Returns `None` when every slot is taken. Caller holds [`REGISTRY`].
 pub fn claim(tid: i32, env: *mut std::ffi::c_void, root: u32, depth: u32) -> Option<usize> {
-    let idx = SLOTS.iter().position(|s| s.state.load(Ordering::Acquire) == FREE && s.tid.load(Ordering::Relaxed) == 0)?;
+    let idx =
+        SLOTS.iter().position(|s| s.state.load(Ordering::Acquire) == FREE && s.tid.load(Ordering::Relaxed) == 0)?;
     let slot = &SLOTS[idx];
     if slot.frames_len.load(Ordering::Relaxed) < depth {
         // The old, smaller buffer (if any) is leaked on purpose: a handler may have been reading it
         // when the slot was last freed. Slots are reused, so this happens at most once per slot.
-        let buf: Box<[CallFrame]> = vec![CallFrame { lineno: 0, method_id: std::ptr::null_mut() }; depth as usize].into_boxed_slice();
+        let buf: Box<[CallFrame]> =
+            vec![CallFrame { lineno: 0, method_id: std::ptr::null_mut() }; depth as usize].into_boxed_slice();
         slot.frames.store(Box::leak(buf).as_mut_ptr(), Ordering::Release);
         slot.frames_len.store(depth, Ordering::Release);
     }

@@ -1,0 +1,213 @@
+//! Shared helpers of the integration tests: the JDKs installed, the agent library, running Java
+//! programs with the agent, reading what they wrote.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// One installed JDK.
+#[derive(Clone, Debug)]
+pub struct Jdk {
+    pub home: PathBuf,
+    /// Feature version (17, 25, ...).
+    pub version: u32,
+}
+
+impl Jdk {
+    pub fn java(&self) -> PathBuf {
+        self.home.join("bin/java")
+    }
+
+    pub fn label(&self) -> String {
+        format!("jdk{}", self.version)
+    }
+}
+
+/// Every JDK under /usr/lib/jvm (symlinked aliases counted once), oldest first. Panics if none: the
+/// integration tests must run on real JVMs.
+pub fn jdks() -> Vec<Jdk> {
+    let mut found: BTreeMap<PathBuf, Jdk> = BTreeMap::new();
+    let dir = std::env::var("KPROF_JDK_ROOT").unwrap_or_else(|_| "/usr/lib/jvm".into());
+    for entry in std::fs::read_dir(&dir).expect("read /usr/lib/jvm").flatten() {
+        let Ok(home) = std::fs::canonicalize(entry.path()) else { continue };
+        if !home.join("bin/java").exists() || found.contains_key(&home) {
+            continue;
+        }
+        let release = std::fs::read_to_string(home.join("release")).unwrap_or_default();
+        let version = release
+            .lines()
+            .find_map(|l| l.strip_prefix("JAVA_VERSION="))
+            .and_then(|v| v.trim_matches('"').split(['.', '-', '+']).next().and_then(|s| s.parse().ok()))
+            .unwrap_or(0);
+        if version >= 17 {
+            found.insert(home.clone(), Jdk { home, version });
+        }
+    }
+    let mut list: Vec<Jdk> = found.into_values().collect();
+    list.sort_by_key(|j| j.version);
+    assert!(!list.is_empty(), "no JDK 17+ under {dir}");
+    list
+}
+
+/// The directory that holds the test binary's sibling artifacts (target/<profile>).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test>-<hash>
+    exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
+}
+
+/// The agent library built with the tests.
+pub fn agent_lib() -> PathBuf {
+    let p = target_dir().join("libkprof.so");
+    assert!(p.exists(), "{} missing: cargo test builds it with the library", p.display());
+    p
+}
+
+/// The `kprof` binary built with the tests.
+pub fn kprof_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kprof"))
+}
+
+/// The compiled java-harness classes.
+pub fn harness_classes() -> PathBuf {
+    PathBuf::from(env!("KPROF_HARNESS_CLASSES"))
+}
+
+/// The compiled JDK 21+ java-harness classes, if a JDK 21+ was present at build time.
+pub fn harness21_classes() -> Option<PathBuf> {
+    option_env!("KPROF_HARNESS21_CLASSES").map(PathBuf::from)
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = target_dir().join("test-scratch").join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// What a run printed.
+pub struct Run {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// The agent's summary line as key → value.
+    pub fn summary(&self) -> BTreeMap<String, String> {
+        let line = self
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("kprof: mode="))
+            .unwrap_or_else(|| panic!("no kprof summary line in stderr:\n{}", self.stderr));
+        line.trim_start_matches("kprof: ")
+            .split(' ')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    pub fn summary_f64(&self, key: &str) -> f64 {
+        let s = self.summary();
+        let v = s.get(key).unwrap_or_else(|| panic!("summary has no {key}: {s:?}"));
+        v.trim_end_matches("/cpu-s")
+            .trim_end_matches('%')
+            .trim_end_matches('s')
+            .parse()
+            .unwrap_or_else(|_| panic!("{key}={v}"))
+    }
+
+    pub fn assert_ok(&self) -> &Run {
+        assert!(self.status.success(), "exit {:?}\nstdout:\n{}\nstderr:\n{}", self.status, self.stdout, self.stderr);
+        self
+    }
+}
+
+/// Runs `java [jvm_args] -agentpath:libkprof.so=<agent> -cp harness <main> [args]` with a time limit.
+pub fn run_java(jdk: &Jdk, agent: Option<&str>, jvm_args: &[&str], main: &str, args: &[&str]) -> Run {
+    let mut cmd = Command::new(jdk.java());
+    cmd.args(jvm_args);
+    if let Some(opts) = agent {
+        cmd.arg(format!("-agentpath:{}={}", agent_lib().display(), opts));
+    }
+    cmd.arg("-cp").arg(harness_classes()).arg(main).args(args);
+    run_with_timeout(cmd, Duration::from_secs(300))
+}
+
+/// Runs `cmd`, killing it after `limit`.
+pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Run {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
+    let err_t = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let s = child.wait().expect("wait");
+            panic!("timed out after {limit:?}: {cmd:?} ({s:?})");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run { status, stdout: out_t.join().unwrap(), stderr: err_t.join().unwrap() }
+}
+
+pub fn output_of(o: Output) -> Run {
+    Run {
+        status: o.status,
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    }
+}
+
+/// A collapsed-stacks file: (frames root first, count) per line.
+pub fn read_collapsed(path: &Path) -> Vec<(Vec<String>, u64)> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').unwrap_or_else(|| panic!("bad collapsed line: {l}"));
+            (stack.split(';').map(str::to_string).collect(), n.parse().unwrap_or_else(|_| panic!("bad count: {l}")))
+        })
+        .collect()
+}
+
+/// Sum of counts of stacks for which `pred` holds.
+pub fn count_where(stacks: &[(Vec<String>, u64)], pred: impl Fn(&[String]) -> bool) -> u64 {
+    stacks.iter().filter(|(s, _)| pred(s)).map(|(_, n)| n).sum()
+}
+
+/// Whether a stack contains a frame whose name contains `needle`.
+pub fn has_frame(stack: &[String], needle: &str) -> bool {
+    stack.iter().any(|f| f.contains(needle))
+}
+
+/// Parses `key=value` pairs from the line of `stdout` that starts with `prefix`.
+pub fn program_line(stdout: &str, prefix: &str) -> BTreeMap<String, String> {
+    let line =
+        stdout.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no '{prefix}' line in:\n{stdout}"));
+    line[prefix.len()..]
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Runs `f` once per installed JDK, naming the JDK in any failure.
+pub fn for_each_jdk(f: impl Fn(&Jdk)) {
+    for jdk in jdks() {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&jdk)));
+        if let Err(e) = result {
+            eprintln!("failed on {} ({})", jdk.label(), jdk.home.display());
+            std::panic::resume_unwind(e);
+        }
+    }
+}
