@@ -185,9 +185,12 @@ pub fn render(profile: &Profile, metric: Metric, top: usize) -> String {
     if !run.is_empty() {
         let _ = writeln!(out, "run: {run}");
     }
+    // Every counter the profile has (the chosen one always).
     let all: Vec<String> = [Metric::Samples, Metric::Weight, Metric::Calls]
         .into_iter()
-        .map(|m| amount(if m == metric { total } else { profile.totals(m)[0] }, m, unit))
+        .map(|m| (m, if m == metric { total } else { profile.totals(m)[0] }))
+        .filter(|&(m, v)| m == metric || v > 0)
+        .map(|(m, v)| amount(v, m, unit))
         .collect();
     let _ = writeln!(out, "totals: {}", all.join("; "));
     if !meta.counters.is_empty() {
@@ -278,7 +281,7 @@ mod tests {
         let text = render(&p, Metric::Samples, 2);
         let expected = "\
 kprof report: mode collapsed, metric samples, total 10 samples
-totals: 10 samples; 0 weight; 0 calls
+totals: 10 samples
 counters: dropped=0
 contexts: 7 (4 with samples; callsites merged), methods: 3
 
