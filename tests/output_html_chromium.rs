@@ -38,9 +38,18 @@ fn scratch() -> PathBuf {
 
 /// Writes the flame graph of `profile` and returns the DOM Chromium built from it at `#hash`.
 fn rendered_dom(profile: &Profile, metric: Metric, hash: &str) -> String {
+    rendered_dom_driven(profile, metric, hash, "")
+}
+
+/// Like [`rendered_dom`], with `driver` (a script standing in for a user: clicks, key presses) run after
+/// the page's own script.
+fn rendered_dom_driven(profile: &Profile, metric: Metric, hash: &str, driver: &str) -> String {
     let dir = scratch();
     let page = dir.join("flame.html");
-    std::fs::write(&page, html::render(profile, metric)).unwrap();
+    let html = String::from_utf8(html::render(profile, metric)).unwrap();
+    assert_eq!(html.matches("</body>").count(), 1);
+    let html = html.replace("</body>", &format!("<script>{driver}</script></body>"));
+    std::fs::write(&page, html).unwrap();
     let url = format!("file://{}{}", page.display(), if hash.is_empty() { String::new() } else { format!("#{hash}") });
     let mut child = Command::new(chromium())
         .args([
@@ -256,6 +265,79 @@ fn icicle_puts_the_root_on_top() {
     assert!(dom.contains("data-orientation=\"icicle\""));
     let root = dom.split("<div class=\"f").find(|p| p.contains(">[root]</div>")).unwrap();
     assert!(root.contains("top: 0px") || root.contains("top:0px"), "{root}");
+}
+
+#[test]
+fn clicks_keys_and_hover_work() {
+    // Stands in for a user: click a frame, go back, hover, type a search, press Escape. Each step's
+    // visible result is collected into a <pre id="driven"> as JSON.
+    let driver = r#"
+      (function () {
+        const r = {};
+        const frame = (name) => [...document.querySelectorAll(".f")].find((e) => e.textContent === name);
+        const key = (target, k) => target.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true }));
+        frame("demo.Work.beta()void").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+        r.zoomed = document.getElementById("zoomed").textContent;
+        r.alphaDrawn = !!frame("demo.Work.alpha()void");
+        r.hash = decodeURIComponent(location.hash);
+        r.backEnabled = !document.getElementById("back").disabled;
+        frame("demo.Util.helper(int)int").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+        document.getElementById("back").click();
+        r.afterBack = document.getElementById("zoomed").textContent;
+        frame("[root]").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+        r.afterRootClick = document.getElementById("zoomed").textContent;
+        frame("demo.Util.helper(int)int").dispatchEvent(
+          new MouseEvent("mousemove", { bubbles: true, clientX: 50, clientY: 50 }));
+        r.tip = [...document.getElementById("tip").children].map((d) => d.textContent);
+        r.tipShown = document.getElementById("tip").style.display;
+        const search = document.getElementById("search");
+        search.value = "alpha|helper";
+        key(search, "Enter");
+        r.matched = document.getElementById("matched").textContent;
+        r.highlighted = document.querySelectorAll(".f.match").length;
+        search.focus();
+        key(search, "Escape");
+        r.matchedAfterEscape = document.getElementById("matched").textContent;
+        document.getElementById("icicle").click();
+        r.orientation = document.body.dataset.orientation;
+        const out = document.createElement("pre");
+        out.id = "driven";
+        out.textContent = JSON.stringify(r);
+        document.body.appendChild(out);
+      })();
+    "#;
+    let dom = rendered_dom_driven(&demo_profile(), Metric::Samples, "", driver);
+    let text = text_of(&dom, "driven").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">");
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(r["zoomed"], "Zoomed: demo.Work.beta()void (30.00% of all)");
+    assert_eq!(r["alphaDrawn"], false);
+    assert_eq!(r["hash"], "#zoom=demo.Work.beta()void");
+    assert_eq!(r["backEnabled"], true);
+    assert_eq!(r["afterBack"], "Zoomed: demo.Work.beta()void (30.00% of all)");
+    assert_eq!(r["afterRootClick"], "");
+    assert_eq!(r["tipShown"], "block");
+    assert_eq!(
+        r["tip"],
+        serde_json::json!([
+            "demo.Util.helper(int)int",
+            "Total: 20 samples, 20.00% of all",
+            "Self: 20 samples, 20.00% of all",
+            "Java method · depth 4",
+            "click to zoom"
+        ])
+    );
+    assert_eq!(r["matched"], "Matched 60.00% of all (60 samples)");
+    assert_eq!(r["highlighted"], 2);
+    assert_eq!(r["matchedAfterEscape"], "");
+    assert_eq!(r["orientation"], "icicle");
+}
+
+#[test]
+fn an_empty_profile_says_so() {
+    let p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() });
+    let dom = rendered_dom(&p, Metric::Calls, "");
+    assert_eq!(text_of(&dom, "empty"), "No calls in this profile: nothing to draw.");
+    assert!(frames(&dom).is_empty());
 }
 
 /// A deterministic random tree of `count` nodes over 2,000 methods.
