@@ -22,7 +22,8 @@ usage: kprof rewrite [--roundtrip] [--mode MODE] [--out DIR] [--budget N] [--pol
   INPUT            a .class, .jar, .jmod or a directory of classes
   --roundtrip      decode and re-encode every class without edits; exit 1 naming each class that differs
   --mode MODE      apply the rewrite of MODE (probe: a helper call at every basic block and a prologue that
-                   stores a new local); the default unless --roundtrip is given alone
+                   stores a new local; none: no edit, for control sets); the default unless --roundtrip is
+                   given alone
   --out DIR        write each rewritten class at its package path under DIR, with kprof's runtime classes
   --budget N       leave alone methods whose code would cross N bytes (default 8000, HotSpot's HugeMethodLimit)
   --policy P       minimal (default: skip only kprof's own classes) or agent (the agent's skip list)
@@ -58,7 +59,7 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
             "--roundtrip" => o.roundtrip = true,
             "--mode" => {
                 let v = value("--mode")?;
-                o.mode = Some(Mode::parse(&v).ok_or_else(|| format!("unknown mode '{v}' (accepted: probe)"))?);
+                o.mode = Some(Mode::parse(&v).ok_or_else(|| format!("unknown mode '{v}' (accepted: probe, none)"))?);
             }
             "--out" => o.out = Some(PathBuf::from(value("--out")?)),
             "--budget" => {

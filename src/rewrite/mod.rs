@@ -20,12 +20,15 @@ pub use policy::{PolicyReason, SkipPolicy};
 pub enum Mode {
     /// A helper call at every basic block and a prologue storing a new local (proves the engine).
     Probe,
+    /// No edit: classes are written back as they are (the control set of a verification run).
+    None,
 }
 
 impl Mode {
     pub fn parse(s: &str) -> Option<Mode> {
         match s {
             "probe" => Some(Mode::Probe),
+            "none" => Some(Mode::None),
             _ => None,
         }
     }
@@ -33,6 +36,7 @@ impl Mode {
     pub fn transform(self) -> Box<dyn MethodTransform> {
         match self {
             Mode::Probe => Box::new(probe::ProbeTransform::default()),
+            Mode::None => Box::new(NoEdit),
         }
     }
 }
@@ -59,6 +63,22 @@ pub trait MethodTransform {
         editor: &mut CodeEditor,
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError>;
+}
+
+/// The transform of [`Mode::None`].
+pub struct NoEdit;
+
+impl MethodTransform for NoEdit {
+    fn begin_class(&mut self) {}
+
+    fn edit_method(
+        &mut self,
+        _: &MethodInput<'_, '_>,
+        _: &mut CodeEditor,
+        _: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        Ok(())
+    }
 }
 
 /// Why a method with code was left as it was.

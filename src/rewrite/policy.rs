@@ -43,8 +43,10 @@ impl PolicyReason {
 }
 
 /// A skip policy. [`SkipPolicy::agent`] is the DESIGN §4 list that the bytecode and exact modes use;
-/// [`SkipPolicy::minimal`] skips only kprof's own classes (the probe mode's default, so it proves the engine on
-/// everything else).
+/// [`SkipPolicy::minimal`] (the probe mode's default, so it proves the engine on everything else) skips only
+/// what must never change: kprof's own classes, `Object.<init>`, and empty `finalize()` methods (HotSpot
+/// registers a finalizer for every object whose class has a non-empty one: a rewritten `Object.finalize()` would
+/// make every allocation register one, and the VM dies during startup).
 #[derive(Clone, Copy, Debug)]
 pub struct SkipPolicy {
     pub full: bool,
@@ -88,9 +90,6 @@ impl SkipPolicy {
 
     /// A reason to leave method `m` of `class` alone, if any (`class_name` is the class's internal name).
     pub fn method_reason(&self, class: &ClassFile<'_>, class_name: &[u8], m: &Member) -> Option<PolicyReason> {
-        if !self.full {
-            return None;
-        }
         let name = class.member_name(m).unwrap_or(b"");
         let desc = class.member_descriptor(m).unwrap_or(b"");
         if class_name == b"java/lang/Object" && name == b"<init>" {
@@ -104,6 +103,9 @@ impl SkipPolicy {
                     }
                 }
             }
+        }
+        if !self.full {
+            return None;
         }
         let mut reason = None;
         for a in class.member_attributes(m) {
