@@ -2,7 +2,7 @@
 //! stacks) and the calling contexts that differ most. The computation is in [`crate::output::compare`].
 
 use super::report::{option_value, parse_metric, parse_top};
-use crate::output::compare::{compare, Comparison};
+use crate::output::compare::{compare, Comparison, ContextShare};
 use crate::output::read_profile;
 use crate::output::text::thousands;
 use crate::profile::{Metric, Profile};
@@ -62,6 +62,23 @@ fn describe(label: &str, file: &str, p: &Profile, metric: Metric, total: u64, co
     )
 }
 
+/// A context's label with the middle of long paths elided (`--json` has them whole).
+fn short_label(d: &ContextShare) -> String {
+    const HEAD: usize = 2;
+    const TAIL: usize = 4;
+    if d.path.len() <= HEAD + TAIL + 1 {
+        return d.label();
+    }
+    let full = d.label();
+    let parts: Vec<&str> = full.split(';').collect();
+    format!(
+        "{};...{} frames...;{}",
+        parts[..HEAD].join(";"),
+        parts.len() - HEAD - TAIL,
+        parts[parts.len() - TAIL..].join(";")
+    )
+}
+
 fn text_output(args: &Args, a: &Profile, b: &Profile, c: &Comparison) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -77,9 +94,13 @@ fn text_output(args: &Args, a: &Profile, b: &Profile, c: &Comparison) -> String 
         if c.callsites { "compared" } else { "ignored" }
     );
     if c.differ_most.is_empty() {
+        let _ = writeln!(out, "\nno context differs in share");
         return out;
     }
-    let _ = writeln!(out, "\nCONTEXTS THAT DIFFER MOST (share of each profile's total; context root first)");
+    let _ = writeln!(
+        out,
+        "\nCONTEXTS THAT DIFFER MOST (share of each profile's total; context root first, long ones elided)"
+    );
     let _ = writeln!(out, "rank    A rce    B rce     diff  context");
     for (i, d) in c.differ_most.iter().enumerate() {
         let _ = writeln!(
@@ -89,7 +110,7 @@ fn text_output(args: &Args, a: &Profile, b: &Profile, c: &Comparison) -> String 
             100.0 * d.rce_a,
             100.0 * d.rce_b,
             100.0 * (d.rce_a - d.rce_b),
-            d.label()
+            short_label(d)
         );
     }
     out
@@ -185,6 +206,20 @@ mod tests {
         assert_eq!((a.metric_a, a.metric_b), (Some(Metric::Calls), Some(Metric::Samples)));
         assert!(a.callsites && !a.json);
         assert_eq!(a.top, DEFAULT_TOP);
+    }
+
+    #[test]
+    fn long_contexts_are_elided_in_the_middle() {
+        let share = |n: usize| ContextShare {
+            path: (0..n).map(|i| format!("f{i}")).collect(),
+            callsites: Vec::new(),
+            count_a: 1,
+            count_b: 0,
+            rce_a: 1.0,
+            rce_b: 0.0,
+        };
+        assert_eq!(short_label(&share(7)), "f0;f1;f2;f3;f4;f5;f6");
+        assert_eq!(short_label(&share(10)), "f0;f1;...4 frames...;f6;f7;f8;f9");
     }
 
     #[test]

@@ -56,7 +56,8 @@ pub struct Comparison {
     pub common_share_b: f64,
     /// The overlap, in percent (0 when either total is 0).
     pub overlap_percent: f64,
-    /// The contexts that differ most, by |rce_a − rce_b| descending (at most `top`).
+    /// The contexts that differ most, by |rce_a − rce_b| descending (at most `top`; contexts with equal
+    /// shares are left out).
     pub differ_most: Vec<ContextShare>,
 }
 
@@ -187,6 +188,7 @@ pub fn compare(
     let mut candidates: Vec<(f64, u32)> = (0..ca.len() as u32)
         .filter(|&i| ca[i as usize] > 0 || cb[i as usize] > 0)
         .map(|i| ((ratio(ca[i as usize], totals[0]) - ratio(cb[i as usize], totals[1])).abs(), i))
+        .filter(|&(difference, _)| difference > 0.0)
         .collect();
     let take = top.min(candidates.len());
     if take > 0 && take < candidates.len() {
@@ -232,8 +234,7 @@ mod tests {
         let c = compare(&a, Metric::Samples, &a, Metric::Samples, false, 10);
         assert_eq!(c.overlap_percent, 100.0);
         assert_eq!(c.common, 4);
-        assert_eq!(c.differ_most.len(), 4);
-        assert!(c.differ_most.iter().all(|d| d.rce_a == d.rce_b));
+        assert!(c.differ_most.is_empty(), "equal shares are no difference");
         // Scaling every count keeps the distribution and so the overlap.
         let b = from_collapsed("m;a 30\nm;b 70\nm 10\n[GC_active] 20\n");
         assert_eq!(overlap_percent(&a, &b, Metric::Samples, false), 100.0);
