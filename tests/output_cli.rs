@@ -1,0 +1,163 @@
+//! `kprof report` and `kprof compare` as a user runs them, on JSON and collapsed files with known contents.
+
+use kprof::output::{collapsed, json};
+use kprof::profile::{Frame, Meta, Metric, Profile, WeightUnit};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn kprof(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_kprof")).args(args).output().expect("run kprof");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("kprof-cli-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+
+    fn file(&self, name: &str, contents: &[u8]) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, contents).unwrap();
+        p.to_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
+/// An exact-mode profile: main calls f from two callsites (3 and 1 calls) and g (6 calls).
+fn exact_profile() -> Profile {
+    let mut p = Profile::new(Meta { mode: "exact".into(), weight_unit: WeightUnit::Bytecodes, ..Meta::default() });
+    let main = p.intern(Frame::java("t.Main", "main", "([Ljava/lang/String;)V"));
+    let f = p.intern(Frame::java("t.Main", "f", "(I)V"));
+    let g = p.intern(Frame::java("t.Main", "g", "()I"));
+    let m = p.add_child(0, main, -1);
+    let f1 = p.add_child(m, f, 5);
+    let f2 = p.add_child(m, f, 11);
+    let gg = p.add_child(m, g, 17);
+    for (n, calls) in [(m, 0), (f1, 3), (f2, 1), (gg, 6)] {
+        p.nodes[n as usize].calls = calls;
+        p.nodes[n as usize].weight = calls * 10;
+    }
+    p
+}
+
+#[test]
+fn compare_gives_known_overlaps() {
+    let d = Dir::new("overlap");
+    let a = d.file("a.collapsed", b"m;a 5\nm;b 3\nm;c 2\n");
+    let b = d.file("b.collapsed", b"m;a 1\nm;b 1\nm;d 2\n");
+    let c = d.file("c.collapsed", b"x;y 9\n");
+
+    let r = kprof(&["compare", &a, &a]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with("overlap: 100.00%\n"), "{}", r.stdout);
+
+    let r = kprof(&["compare", &a, &c]);
+    assert!(r.stdout.starts_with("overlap: 0.00%\n"), "{}", r.stdout);
+
+    // min(.5,.25) + min(.3,.25) = 50 %; the largest difference is m;d (0 % against 50 %).
+    let r = kprof(&["compare", &a, &b, "--top", "2"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines[0], "overlap: 50.00%");
+    assert!(lines[3].starts_with("contexts in both: 2 (holding 80.00% of A, 50.00% of B)"), "{}", r.stdout);
+    let table: Vec<&str> = lines.iter().skip_while(|l| !l.starts_with("rank")).skip(1).copied().collect();
+    assert_eq!(table.len(), 2, "{}", r.stdout);
+    assert!(table[0].ends_with("  0.000%  50.000% -50.000%  m;d"), "{}", table[0]);
+    assert!(table[1].ends_with(" 50.000%  25.000% +25.000%  m;a"), "{}", table[1]);
+
+    let r = kprof(&["compare", "--json", &a, &b]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["overlap_percent"], 50.0);
+    assert_eq!(v["differ_most"][0]["context"], serde_json::json!(["m", "d"]));
+}
+
+#[test]
+fn a_json_profile_and_its_collapsed_stacks_overlap_fully() {
+    let d = Dir::new("formats");
+    let p = exact_profile();
+    let j = d.file("p.json", &json::render(&p));
+    let c = d.file("p.collapsed", &collapsed::render(&p, Metric::Calls));
+    let c2 = d.file(
+        "p2.collapsed",
+        &collapsed::render(
+            &collapsed::parse(std::str::from_utf8(&collapsed::render(&p, Metric::Calls)).unwrap()).unwrap(),
+            Metric::Samples,
+        ),
+    );
+    // The JSON profile defaults to calls (exact mode), the collapsed file's counts are samples.
+    let r = kprof(&["compare", &j, &c]);
+    assert!(r.stdout.starts_with("overlap: 100.00%\n"), "{}{}", r.stdout, r.stderr);
+    let r = kprof(&["compare", &c, &c2]);
+    assert!(r.stdout.starts_with("overlap: 100.00%\n"), "{}{}", r.stdout, r.stderr);
+    // Callsites: f@5 has 3 of 10 calls and f@11 1; swap them in B and only the callsite view differs.
+    let mut swapped = p.clone();
+    swapped.nodes[2].calls = 1;
+    swapped.nodes[3].calls = 3;
+    let s = d.file("s.json", &json::render(&swapped));
+    assert!(kprof(&["compare", &j, &s]).stdout.starts_with("overlap: 100.00%\n"));
+    let r = kprof(&["compare", &j, &s, "--callsites"]);
+    assert!(r.stdout.starts_with("overlap: 80.00%\n"), "{}", r.stdout);
+    assert!(r.stdout.contains("t.Main.main(java.lang.String[])void@-1;t.Main.f(int)void@5"), "{}", r.stdout);
+    // Different counters per side: bytecodes (weight) of A are proportional to calls of B.
+    let r = kprof(&["compare", &j, &s, "--metric-a", "bytecodes", "--metric-b", "calls"]);
+    assert!(r.stdout.starts_with("overlap: 100.00%\n"), "{}", r.stdout);
+}
+
+#[test]
+fn report_prints_the_tables() {
+    let d = Dir::new("report");
+    let j = d.file("p.json", &json::render(&exact_profile()));
+    let r = kprof(&["report", &j, "--top", "2"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with("kprof report: mode exact, metric calls, total 10 calls\n"), "{}", r.stdout);
+    assert!(r.stdout.contains("TOP METHODS BY SELF calls"));
+    assert!(r.stdout.contains("   1  60.00%  60.00%                6  t.Main.g()int\n"), "{}", r.stdout);
+    assert!(r.stdout.contains("   2  40.00% 100.00%                4  t.Main.f(int)void\n"), "{}", r.stdout);
+    assert!(r.stdout.contains("   1 100.00%   0.00%               10  t.Main.main(java.lang.String[])void\n"));
+    assert!(r.stdout.contains("HOTTEST STACKS"));
+    let r = kprof(&["report", &j, "--metric", "bytecodes"]);
+    assert!(r.stdout.starts_with("kprof report: mode exact, metric bytecodes, total 100 bytecodes\n"), "{}", r.stdout);
+}
+
+#[test]
+fn bad_input_gives_one_line_errors() {
+    let d = Dir::new("errors");
+    let garbage = d.file("bad.collapsed", b"a;b 1\nthis is not a stack\n");
+    let good = d.file("good.collapsed", b"a;b 1\n");
+    for (args, code, want) in [
+        (vec!["compare", good.as_str()], 2, "two profiles expected"),
+        (vec!["compare", good.as_str(), good.as_str(), "--metric", "nope"], 2, "--metric 'nope'"),
+        (vec!["compare", good.as_str(), good.as_str(), "--top"], 2, "--top needs a value"),
+        (vec!["report"], 2, "no FILE"),
+        (vec!["report", good.as_str(), "--bogus"], 2, "unknown option '--bogus'"),
+        (vec!["report", garbage.as_str()], 1, "line 2: 'stack' is not a whole count"),
+        (vec!["compare", good.as_str(), garbage.as_str()], 1, "line 2:"),
+        (vec!["compare", good.as_str(), good.as_str(), "--metric", "calls"], 1, "has no calls"),
+        (vec!["report", "/nonexistent/p.json"], 1, "cannot read /nonexistent/p.json"),
+    ] {
+        let r = kprof(&args);
+        assert_eq!(r.code, code, "{args:?}: {}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(want), "{args:?}: {}", r.stderr);
+    }
+    assert!(Path::new(&good).exists());
+}

@@ -1,0 +1,398 @@
+//! The HTML flame graph rendered by headless Chromium: expected frames in the DOM, search and zoom driven
+//! through the URL hash the page honours (`#search=...&zoom=NAME&icicle=1`), and big or deep profiles
+//! staying cheap to draw. Needs Debian's `chromium` (scripts/install-test-deps installs it); set
+//! KPROF_CHROMIUM to use another binary.
+
+use kprof::output::html;
+use kprof::profile::{Frame, FrameKind, Meta, Metric, Profile, WeightUnit};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+fn chromium() -> PathBuf {
+    if let Ok(p) = std::env::var("KPROF_CHROMIUM") {
+        return PathBuf::from(p);
+    }
+    for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"] {
+        if Path::new(candidate).exists() {
+            return PathBuf::from(candidate);
+        }
+    }
+    panic!(
+        "headless Chromium not found (looked for /usr/bin/chromium): install it with scripts/install-test-deps \
+         (apt-get install -y --no-install-recommends chromium), or point KPROF_CHROMIUM at a Chromium binary"
+    );
+}
+
+fn scratch() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "kprof-html-test-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes the flame graph of `profile` and returns the DOM Chromium built from it at `#hash`.
+fn rendered_dom(profile: &Profile, metric: Metric, hash: &str) -> String {
+    rendered_dom_driven(profile, metric, hash, "")
+}
+
+/// Like [`rendered_dom`], with `driver` (a script standing in for a user: clicks, key presses) run after
+/// the page's own script.
+fn rendered_dom_driven(profile: &Profile, metric: Metric, hash: &str, driver: &str) -> String {
+    let dir = scratch();
+    let page = dir.join("flame.html");
+    let html = String::from_utf8(html::render(profile, metric)).unwrap();
+    assert_eq!(html.matches("</body>").count(), 1);
+    let html = html.replace("</body>", &format!("<script>{driver}</script></body>"));
+    std::fs::write(&page, html).unwrap();
+    let url = format!("file://{}{}", page.display(), if hash.is_empty() { String::new() } else { format!("#{hash}") });
+    let mut child = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--window-size=1280,800",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("chromium-profile").display()))
+        .arg("--dump-dom")
+        .arg(&url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}; run scripts/install-test-deps", chromium().display()));
+    // Read stdout on another thread so a large DOM cannot fill the pipe while we wait.
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut s).map(|_| s)
+    });
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("chromium did not finish within 90 s on {url}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let dom = reader.join().unwrap().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).ok();
+    assert!(status.success(), "chromium failed on {url}: {status}\n{stderr}");
+    assert!(
+        dom.contains("data-ready=\"1\""),
+        "the page's script did not finish on {url}:\n{stderr}\n{}",
+        excerpt(&dom)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    dom
+}
+
+fn excerpt(s: &str) -> &str {
+    &s[..s.len().min(4000)]
+}
+
+/// How a frame name appears as text in the serialized DOM.
+fn escaped(name: &str) -> String {
+    name.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// The text of every drawn frame element (`<div class="f ..." ...>NAME</div>`), with its classes.
+fn frames(dom: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for piece in dom.split("<div class=\"f").skip(1) {
+        let classes = piece[..piece.find('"').unwrap()].trim().to_string();
+        let body = &piece[piece.find('>').unwrap() + 1..];
+        let text = &body[..body.find("</div>").unwrap()];
+        out.push((text.to_string(), classes));
+    }
+    out
+}
+
+fn text_of(dom: &str, id: &str) -> String {
+    let open = format!("id=\"{id}\"");
+    let at = dom.find(&open).unwrap_or_else(|| panic!("no #{id} in the DOM"));
+    let body = &dom[at + dom[at..].find('>').unwrap() + 1..];
+    body[..body.find("</").unwrap()].to_string()
+}
+
+const ODD: &str = "[odd <&> \"quotes\" 'single' ü 名前]";
+
+/// 100 samples: alpha 40, beta 10 + helper 20, Cache.<init> 10, sleep0 5, GC 5, the odd pseudo-frame 10.
+fn demo_profile() -> Profile {
+    let mut p = Profile::new(Meta {
+        mode: "asgct".into(),
+        weight_unit: WeightUnit::CpuNanos,
+        interval: 1_000_000,
+        timer: "perf".into(),
+        ..Meta::default()
+    });
+    let t = p.intern(Frame::thread("main"));
+    let main = p.intern(Frame::java("demo.Main", "main", "([Ljava/lang/String;)V"));
+    let alpha = p.intern(Frame::java("demo.Work", "alpha", "()V"));
+    let beta = p.intern(Frame::java("demo.Work", "beta", "()V"));
+    let helper = p.intern(Frame::java("demo.Util", "helper", "(I)I"));
+    let init = p.intern(Frame::java("demo.Cache", "<init>", "(Ljava/util/Map;)V"));
+    let sleep = p.intern(Frame { kind: FrameKind::Native, ..Frame::java("java.lang.Thread", "sleep0", "(J)V") });
+    let gc = p.intern(Frame::pseudo("[GC_active]"));
+    let odd = p.intern(Frame::pseudo(ODD));
+    let nt = p.add_child(0, t, -1);
+    let nm = p.add_child(nt, main, -1);
+    let na = p.add_child(nm, alpha, 4);
+    let nb = p.add_child(nm, beta, 9);
+    let nh = p.add_child(nb, helper, 2);
+    let ni = p.add_child(nm, init, 14);
+    let ns = p.add_child(nm, sleep, 20);
+    let ng = p.add_child(0, gc, -1);
+    let no = p.add_child(0, odd, -1);
+    for (n, v) in [(na, 40), (nb, 10), (nh, 20), (ni, 10), (ns, 5), (ng, 5), (no, 10)] {
+        p.nodes[n as usize].samples = v;
+        p.nodes[n as usize].weight = v * 1_000_000;
+    }
+    p
+}
+
+const ALL_NAMES: [&str; 10] = [
+    "[root]",
+    "[thread main]",
+    "demo.Main.main(java.lang.String[])void",
+    "demo.Work.alpha()void",
+    "demo.Work.beta()void",
+    "demo.Util.helper(int)int",
+    "demo.Cache.<init>(java.util.Map)void",
+    "java.lang.Thread.sleep0(long)void [native]",
+    "[GC_active]",
+    ODD,
+];
+
+#[test]
+fn frames_title_and_totals_are_rendered() {
+    let dom = rendered_dom(&demo_profile(), Metric::Samples, "");
+    let drawn = frames(&dom);
+    let texts: Vec<&str> = drawn.iter().map(|(t, _)| t.as_str()).collect();
+    for name in ALL_NAMES {
+        assert!(texts.contains(&escaped(name).as_str()), "{name} not drawn; drawn: {texts:?}");
+    }
+    assert_eq!(drawn.len(), ALL_NAMES.len());
+    let title = text_of(&dom, "title");
+    assert!(
+        title.contains("mode asgct") && title.contains("metric samples") && title.contains("total 100 samples"),
+        "{title}"
+    );
+    assert!(text_of(&dom, "subtitle").contains("timer perf"));
+    assert!(text_of(&dom, "matched").is_empty());
+    assert!(dom.contains("data-orientation=\"classic\""));
+    // The odd name is text, not markup.
+    assert!(!dom.contains("<&>"));
+}
+
+#[test]
+fn the_weight_metric_shows_cpu_time() {
+    let dom = rendered_dom(&demo_profile(), Metric::Weight, "search=alpha");
+    assert!(text_of(&dom, "title").contains("total 100,000,000 cpu_ns (100.00 ms)"));
+    assert_eq!(text_of(&dom, "matched"), "Matched 40.00% of all (40.00 ms CPU (40,000,000 ns))");
+}
+
+#[test]
+fn search_highlights_and_reports_the_matched_share() {
+    // A match covers its subtree: beta's 30 includes helper's 20.
+    let dom = rendered_dom(&demo_profile(), Metric::Samples, "search=beta");
+    assert_eq!(text_of(&dom, "matched"), "Matched 30.00% of all (30 samples)");
+    let matched: Vec<String> =
+        frames(&dom).into_iter().filter(|(_, c)| c.split(' ').any(|c| c == "match")).map(|(t, _)| t).collect();
+    assert_eq!(matched, ["demo.Work.beta()void"]);
+
+    // Regular expressions; nested matches are not counted twice.
+    let dom = rendered_dom(&demo_profile(), Metric::Samples, "search=demo%5C.(Work%7CUtil)");
+    assert_eq!(text_of(&dom, "matched"), "Matched 70.00% of all (70 samples)");
+    let matched = frames(&dom).into_iter().filter(|(_, c)| c.contains("match")).count();
+    assert_eq!(matched, 3);
+
+    // Odd characters search as text.
+    let dom = rendered_dom(&demo_profile(), Metric::Samples, "search=%27single%27%20%C3%BC");
+    assert_eq!(text_of(&dom, "matched"), "Matched 10.00% of all (10 samples)");
+}
+
+#[test]
+fn zoom_shows_the_subtree_and_its_ancestors_only() {
+    let dom = rendered_dom(&demo_profile(), Metric::Samples, "zoom=demo.Work.beta()void&search=helper");
+    let drawn = frames(&dom);
+    let texts: Vec<&str> = drawn.iter().map(|(t, _)| t.as_str()).collect();
+    for name in [
+        "[root]",
+        "[thread main]",
+        "demo.Main.main(java.lang.String[])void",
+        "demo.Work.beta()void",
+        "demo.Util.helper(int)int",
+    ] {
+        assert!(texts.contains(&name), "{name} missing after zoom: {texts:?}");
+    }
+    for name in ["demo.Work.alpha()void", "[GC_active]", "demo.Cache.<init>(java.util.Map)void"] {
+        assert!(!texts.contains(&escaped(name).as_str()), "{name} drawn outside the zoomed frame");
+    }
+    let ancestors = drawn.iter().filter(|(_, c)| c.contains("ancestor")).count();
+    assert_eq!(ancestors, 3);
+    assert_eq!(text_of(&dom, "zoomed"), "Zoomed: demo.Work.beta()void (30.00% of all)");
+    assert_eq!(text_of(&dom, "matched"), "Matched 20.00% of all (20 samples), 66.67% of zoomed");
+    // The zoomed frame spans the width: helper (20 of 30) is two thirds of it.
+    let width_of = |name: &str| -> f64 {
+        let piece = dom.split("<div class=\"f").find(|p| p.contains(&format!(">{name}</div>"))).unwrap();
+        let w = &piece[piece.find("width:").unwrap() + 6..];
+        w[..w.find("px").unwrap()].trim().parse().unwrap()
+    };
+    let ratio = width_of("demo.Util.helper(int)int") / width_of("demo.Work.beta()void");
+    assert!((ratio - 2.0 / 3.0).abs() < 0.01, "{ratio}");
+}
+
+#[test]
+fn icicle_puts_the_root_on_top() {
+    let dom = rendered_dom(&demo_profile(), Metric::Samples, "icicle=1");
+    assert!(dom.contains("data-orientation=\"icicle\""));
+    let root = dom.split("<div class=\"f").find(|p| p.contains(">[root]</div>")).unwrap();
+    assert!(root.contains("top: 0px") || root.contains("top:0px"), "{root}");
+}
+
+#[test]
+fn clicks_keys_and_hover_work() {
+    // Stands in for a user: click a frame, go back, hover, type a search, press Escape. Each step's
+    // visible result is collected into a <pre id="driven"> as JSON.
+    let driver = r#"
+      (function () {
+        const r = {};
+        const frame = (name) => [...document.querySelectorAll(".f")].find((e) => e.textContent === name);
+        const key = (target, k) => target.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true }));
+        frame("demo.Work.beta()void").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+        r.zoomed = document.getElementById("zoomed").textContent;
+        r.alphaDrawn = !!frame("demo.Work.alpha()void");
+        r.hash = decodeURIComponent(location.hash);
+        r.backEnabled = !document.getElementById("back").disabled;
+        frame("demo.Util.helper(int)int").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+        document.getElementById("back").click();
+        r.afterBack = document.getElementById("zoomed").textContent;
+        frame("[root]").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+        r.afterRootClick = document.getElementById("zoomed").textContent;
+        frame("demo.Util.helper(int)int").dispatchEvent(
+          new MouseEvent("mousemove", { bubbles: true, clientX: 50, clientY: 50 }));
+        r.tip = [...document.getElementById("tip").children].map((d) => d.textContent);
+        r.tipShown = document.getElementById("tip").style.display;
+        const search = document.getElementById("search");
+        search.value = "alpha|helper";
+        key(search, "Enter");
+        r.matched = document.getElementById("matched").textContent;
+        r.highlighted = document.querySelectorAll(".f.match").length;
+        search.focus();
+        key(search, "Escape");
+        r.matchedAfterEscape = document.getElementById("matched").textContent;
+        document.getElementById("icicle").click();
+        r.orientation = document.body.dataset.orientation;
+        const out = document.createElement("pre");
+        out.id = "driven";
+        out.textContent = JSON.stringify(r);
+        document.body.appendChild(out);
+      })();
+    "#;
+    let dom = rendered_dom_driven(&demo_profile(), Metric::Samples, "", driver);
+    let text = text_of(&dom, "driven").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">");
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(r["zoomed"], "Zoomed: demo.Work.beta()void (30.00% of all)");
+    assert_eq!(r["alphaDrawn"], false);
+    assert_eq!(r["hash"], "#zoom=demo.Work.beta()void");
+    assert_eq!(r["backEnabled"], true);
+    assert_eq!(r["afterBack"], "Zoomed: demo.Work.beta()void (30.00% of all)");
+    assert_eq!(r["afterRootClick"], "");
+    assert_eq!(r["tipShown"], "block");
+    assert_eq!(
+        r["tip"],
+        serde_json::json!([
+            "demo.Util.helper(int)int",
+            "Total: 20 samples, 20.00% of all",
+            "Self: 20 samples, 20.00% of all",
+            "Java method · depth 4",
+            "click to zoom"
+        ])
+    );
+    assert_eq!(r["matched"], "Matched 60.00% of all (60 samples)");
+    assert_eq!(r["highlighted"], 2);
+    assert_eq!(r["matchedAfterEscape"], "");
+    assert_eq!(r["orientation"], "icicle");
+}
+
+#[test]
+fn an_empty_profile_says_so() {
+    let p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() });
+    let dom = rendered_dom(&p, Metric::Calls, "");
+    assert_eq!(text_of(&dom, "empty"), "No calls in this profile: nothing to draw.");
+    assert!(frames(&dom).is_empty());
+}
+
+/// A deterministic random tree of `count` nodes over 2,000 methods.
+fn big_profile(count: u64) -> Profile {
+    let mut p = Profile::new(Meta { mode: "bytecode".into(), ..Meta::default() });
+    let frames: Vec<u32> =
+        (0..2000).map(|i| p.intern(Frame::java(&format!("pkg{}.Class{}", i % 13, i), "m", "(I)V"))).collect();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for i in 1..count {
+        // Mostly extend recent nodes, so the tree is both wide and deep.
+        let parent = if next() % 4 == 0 { next() % i } else { i - 1 - next() % i.min(8) } as u32;
+        let n = p.add_child(parent, frames[(next() % 2000) as usize], -1);
+        p.nodes[n as usize].samples = next() % 5;
+    }
+    p
+}
+
+#[test]
+fn a_100k_node_profile_stays_cheap_to_draw() {
+    let p = big_profile(100_000);
+    let html = html::render(&p, Metric::Samples);
+    assert!(html.len() < 8 << 20, "page is {} bytes", html.len());
+    let started = Instant::now();
+    let dom = rendered_dom(&p, Metric::Samples, "search=pkg3%5C.");
+    let drawn = frames(&dom).len();
+    assert!(drawn > 50 && drawn < 20_000, "{drawn} frame elements");
+    assert!(text_of(&dom, "matched").starts_with("Matched "), "{}", text_of(&dom, "matched"));
+    let render_ms: u64 = {
+        let at = dom.find("data-render-ms=\"").unwrap() + 16;
+        dom[at..at + dom[at..].find('"').unwrap()].parse().unwrap()
+    };
+    eprintln!(
+        "100k nodes: {} bytes, {drawn} frames drawn, {render_ms} ms in the page, {:?} in all",
+        html.len(),
+        started.elapsed()
+    );
+    assert!(render_ms < 10_000, "first draw took {render_ms} ms");
+}
+
+#[test]
+fn a_100k_deep_profile_draws_only_the_visible_rows() {
+    let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() });
+    let f = p.intern(Frame::java("deep.Rec", "down", "(I)V"));
+    let mut n = 0;
+    for _ in 0..100_000 {
+        n = p.add_child(n, f, 3);
+    }
+    p.nodes[n as usize].samples = 7;
+    let dom = rendered_dom(&p, Metric::Samples, "");
+    let drawn = frames(&dom).len();
+    assert!(drawn > 10 && drawn < 200, "{drawn} frame elements for a 100,000-deep chain");
+}
