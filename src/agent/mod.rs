@@ -339,6 +339,7 @@ impl Agent {
             c.insert("samples".into(), s.stats.samples.load(Ordering::Relaxed));
             c.insert("usable_samples".into(), s.stats.usable.load(Ordering::Relaxed));
             c.insert("dropped_samples".into(), s.stats.dropped.load(Ordering::Relaxed));
+            c.insert("recovered_samples".into(), s.stats.recovered.load(Ordering::Relaxed));
             c.insert("foreign_thread_samples".into(), s.stats.foreign.load(Ordering::Relaxed));
             c.insert("threads_sampled".into(), s.stats.threads.load(Ordering::Relaxed));
             c.insert("threads_refused".into(), s.stats.threads_refused.load(Ordering::Relaxed));
@@ -393,12 +394,13 @@ impl Agent {
         let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
         let timer = if meta.timer.is_empty() { "none" } else { meta.timer.as_str() };
         say(&format!(
-            "mode={} timer={} interval={} samples={} usable={:.1}% rate={:.0}/cpu-s cpu={:.2}s dropped={} overflow={} threads={} write_ms={} files={}",
+            "mode={} timer={} interval={} samples={} usable={:.1}% recovered={} rate={:.0}/cpu-s cpu={:.2}s dropped={} overflow={} threads={} write_ms={} files={}",
             meta.mode,
             timer,
             format_interval(self.options.interval_ns),
             samples,
             usable,
+            c("recovered_samples"),
             rate,
             cpu_s,
             c("dropped_samples"),

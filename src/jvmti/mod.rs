@@ -2,7 +2,10 @@
 //!
 //! Every wrapper calls one function-table entry. They are sound as long as the environment pointers they
 //! hold came from the JVM (`GetEnv`, an event callback) and, for JNI, are used on the thread they belong
-//! to; the types below make those the only ways to build them.
+//! to; the types below make those the only ways to build them. Object and method handles (`jclass`,
+//! `jthread`, `jmethodID`) are opaque: kprof passes on only handles the JVM gave it, and the JVM checks
+//! them, hence the `not_unsafe_ptr_arg_deref` allowance.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 #[allow(clippy::all)]
 #[rustfmt::skip]

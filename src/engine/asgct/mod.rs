@@ -40,6 +40,8 @@ pub struct SamplerStats {
     pub threads: AtomicU64,
     /// Threads that could not get a timer (no free slot, timer refused).
     pub threads_refused: AtomicU64,
+    /// Samples whose first walk failed and that a walk from the caller's frame recovered.
+    pub recovered: AtomicU64,
     /// CPU time of sampled threads that have ended or been removed, nanoseconds.
     pub cpu_ns_done: AtomicU64,
 }
@@ -277,6 +279,27 @@ impl Sampler {
         // (never freed); `ucontext` is the interrupted context. AsyncGetCallTrace is designed to run in a
         // signal handler on the sampled thread.
         unsafe { (self.asgct)(&mut trace, depth as i32, ucontext) };
+        if matches!(trace.num_frames, -5 | -6) {
+            // The top frame is not walkable (typically a stub or a method prologue that has not set up
+            // its frame yet). Retry as if the top function had returned: its caller usually is walkable.
+            // SAFETY: `ucontext` is the interrupted context; `retry_from_caller` reads one word at the
+            // stack pointer (mapped stack memory) and works on a copy.
+            let first = trace.num_frames;
+            for words in [1, 2] {
+                // SAFETY: as above.
+                let Some(mut uc) = (unsafe { caller_context(ucontext, words) }) else { break };
+                trace.num_frames = 0;
+                // SAFETY: as for the first call, with a context that describes the caller.
+                unsafe { (self.asgct)(&mut trace, depth as i32, &mut uc as *mut libc::ucontext_t as *mut c_void) };
+                if trace.num_frames > 0 {
+                    self.stats.recovered.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+            if trace.num_frames <= 0 {
+                trace.num_frames = first;
+            }
+        }
         let root = slot.root.load(Ordering::Relaxed);
         if trace.num_frames > 0 {
             // SAFETY: AsyncGetCallTrace filled `num_frames` (<= depth) entries of the buffer.
@@ -325,6 +348,51 @@ impl Sampler {
         }
         self.cct.add_sample(node, weight);
         self.stats.samples.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A copy of `ucontext` that describes the state right after the interrupted function returns: the
+/// return address at the stack pointer becomes the PC (x86-64), or the link register does (aarch64).
+/// Exact at a function's first instruction and in frameless stubs; elsewhere AsyncGetCallTrace rejects
+/// the made-up state, which costs nothing but the retry.
+///
+/// # Safety
+/// `ucontext` must be the context the kernel passed to the signal handler.
+#[allow(unused_variables)]
+unsafe fn caller_context(ucontext: *mut c_void, words: usize) -> Option<libc::ucontext_t> {
+    if ucontext.is_null() {
+        return None;
+    }
+    // SAFETY: the kernel's ucontext is a valid, initialised ucontext_t.
+    let mut uc: libc::ucontext_t = unsafe { std::ptr::read(ucontext as *const libc::ucontext_t) };
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
+        if sp == 0 || sp % 8 != 0 {
+            return None;
+        }
+        // SAFETY: the interrupted thread's stack pointer points into its mapped, readable stack.
+        let ret = unsafe { (sp as *const usize).add(words - 1).read() };
+        if words == 2 {
+            // The word below the return address is the caller's saved frame pointer.
+            // SAFETY: as above.
+            uc.uc_mcontext.gregs[libc::REG_RBP as usize] = unsafe { (sp as *const i64).read() };
+        }
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] = ret as i64;
+        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = (sp + 8 * words) as i64;
+        Some(uc)
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if words != 1 {
+            return None;
+        }
+        uc.uc_mcontext.pc = uc.uc_mcontext.regs[30];
+        Some(uc)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        None
     }
 }
 

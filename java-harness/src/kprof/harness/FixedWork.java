@@ -11,7 +11,7 @@ import java.util.Map;
  * A fixed amount of deterministic, CPU-bound work in one thread, with a realistic mix of calls:
  * recursion, hashing, sorting with comparators, array arithmetic and string building. The work depends
  * only on the argument (rounds, default 200), so every run does the same work and prints the same
- * checksum: {@code fixedwork: rounds=N checksum=C}. Used for overhead benchmarks and deterministic
+ * checksum: {@code fixedwork: rounds=N checksum=C} (and the time the work took on stderr). Used for overhead benchmarks and deterministic
  * profiles.
  */
 public final class FixedWork {
@@ -139,10 +139,14 @@ public final class FixedWork {
 
     public static void main(String[] args) {
         int rounds = args.length > 0 ? Integer.parseInt(args[0]) : 200;
+        long t0 = System.nanoTime();
         long checksum = 0;
         for (int r = 0; r < rounds; r++) {
             checksum = checksum * 31 + round(r);
         }
+        long workMs = (System.nanoTime() - t0) / 1_000_000;
         System.out.println("fixedwork: rounds=" + rounds + " checksum=" + checksum);
+        // Timing goes to stderr so stdout stays identical from run to run.
+        System.err.println("fixedwork-time: work_ms=" + workMs);
     }
 }
