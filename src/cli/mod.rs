@@ -1,6 +1,7 @@
 //! The `kprof` command-line tool. Each subcommand lives in its own module and takes its arguments
 //! (without the subcommand name); it returns the process exit status.
 
+pub mod attach;
 pub mod compare;
 pub mod report;
 pub mod rewrite;
@@ -12,6 +13,12 @@ commands:
   rewrite [--roundtrip] [--mode MODE] [--out DIR] INPUT...   show (or check) what the agent does to classes
   report FILE [--metric M] [--top N]                         text report of a profile (JSON or collapsed)
   compare A B [--metric M] [--top N]                         overlap percentage of two profiles
+  list                                                       JVMs visible from here (any namespace)
+  attach PID [OPTIONS] [--lib PATH] [--timeout S]            load the agent into a running JVM and start
+  start PID OPTIONS                                          start a new session in a loaded agent
+  stop PID [--copy-to DIR]                                   stop and write the profile
+  dump PID [file=PATH] [--copy-to DIR]                       write the profile now, keep running
+  status PID                                                 state, mode, samples, files of the agent
   help                                                       this text
 
 The agent: java -agentpath:/path/to/libkprof.so=help";
@@ -27,12 +34,15 @@ pub fn main(args: &[String]) -> i32 {
         "rewrite" => rewrite::main(rest),
         "report" => report::main(rest),
         "compare" => compare::main(rest),
+        "list" => attach::list_main(rest),
+        "attach" => attach::attach_main(rest),
+        "start" | "stop" | "dump" | "status" => attach::control_main(cmd, rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             0
         }
         other => {
-            eprintln!("kprof: unknown command '{other}' (accepted: rewrite, report, compare, help)");
+            eprintln!("kprof: unknown command '{other}' (accepted: rewrite, report, compare, list, attach, start, stop, dump, status, help)");
             2
         }
     }

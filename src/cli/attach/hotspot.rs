@@ -1,0 +1,224 @@
+//! HotSpot's dynamic attach on Linux, protocol 1, as the JDK's own tools speak it.
+//!
+//! The JVM starts its attach listener when it gets SIGQUIT and finds a file `.attach_pid<pid>` (its own
+//! pid, in its namespace) owned by its user or root, in its working directory or in /tmp. The listener
+//! creates the Unix socket `/tmp/.java_pid<pid>`, accepts only peers with the JVM's uid and gid or root,
+//! and reads one request: `1\0<command>\0<arg1>\0<arg2>\0<arg3>\0` (each argument at most 1024 bytes).
+//! The reply is the command's status on the first line, then its output, then the socket closes.
+//!
+//! For `load <lib> true <options>` (an absolute library path) the reply, measured on JDK 17.0.21 and 25.0.3:
+//!
+//! | case | JDK 17 | JDK 25 |
+//! |---|---|---|
+//! | loaded, Agent_OnAttach returned N | `0\nreturn code: N\n` | `0\nreturn code: N\n` |
+//! | library not loadable | `-1\n<lib> was not loaded.\n<dlerror>\n` | `0\n<lib> was not loaded.\n<dlerror>\n` |
+//!
+//! JDK 17 builds before the "return code:" prefix was backported print the bare number on the second line.
+
+use super::sys;
+use super::target::Target;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// HotSpot's limit on the length of one request argument.
+pub const ARG_MAX: usize = 1024;
+
+/// The outcome of a `load` request.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum LoadReply {
+    /// The library was loaded and `Agent_OnAttach` returned this code (0 = success).
+    AgentReturned(i32),
+    /// The JVM could not load the library or refused the request: its message, on one line.
+    NotLoaded(String),
+}
+
+/// Reads the reply to a `load` request.
+pub fn parse_load_reply(reply: &[u8]) -> LoadReply {
+    let text = String::from_utf8_lossy(reply);
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let status = lines.next().and_then(|l| l.parse::<i32>().ok());
+    let rest: Vec<&str> = lines.collect();
+    let code = rest.first().and_then(|l| l.strip_prefix("return code:").unwrap_or(l).trim().parse::<i32>().ok());
+    match (status, code) {
+        (Some(0), Some(code)) if rest.len() == 1 => LoadReply::AgentReturned(code),
+        (None, _) => LoadReply::NotLoaded(format!("unexpected reply from the JVM: {:?}", text.trim())),
+        _ if rest.is_empty() => {
+            LoadReply::NotLoaded(format!("the JVM answered status {} without a message", status.unwrap()))
+        }
+        _ if rest.len() == 1 => LoadReply::NotLoaded(rest[0].to_string()),
+        _ => LoadReply::NotLoaded(format!("{} ({})", rest[0], rest[1..].join("; "))),
+    }
+}
+
+/// The request bytes of `command` with up to three arguments.
+pub fn request(command: &str, args: &[&str]) -> Result<Vec<u8>, String> {
+    let mut out = b"1\0".to_vec();
+    out.extend_from_slice(command.as_bytes());
+    out.push(0);
+    for i in 0..3 {
+        let arg = args.get(i).copied().unwrap_or("");
+        if arg.len() > ARG_MAX {
+            return Err(format!("'{}…' is longer than the {ARG_MAX} bytes HotSpot accepts", &arg[..40.min(arg.len())]));
+        }
+        if arg.contains('\0') {
+            return Err("an attach argument contains a NUL byte".into());
+        }
+        out.extend_from_slice(arg.as_bytes());
+        out.push(0);
+    }
+    Ok(out)
+}
+
+/// The listener socket of `target` as seen from here.
+pub fn socket_path(target: &Target) -> PathBuf {
+    target.in_root(&format!("/tmp/.java_pid{}", target.nspid))
+}
+
+/// Connects to the listener socket if one is up, owned by the target's user (a socket of another owner is
+/// not the JVM's: never send it anything).
+fn try_connect(target: &Target, path: &Path) -> io::Result<UnixStream> {
+    let meta = fs::symlink_metadata(path)?;
+    if !meta.file_type().is_socket() || meta.uid() != target.creds.uid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is not a socket of uid {}", path.display(), target.creds.uid),
+        ));
+    }
+    UnixStream::connect(path)
+}
+
+/// A trigger file kprof created, removed when dropped.
+struct Trigger(Option<PathBuf>);
+
+impl Drop for Trigger {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// Creates `.attach_pid<nspid>` in the target's working directory, else in its /tmp; never follows a
+/// symbolic link. An existing trigger of the target's user is used as it is (and left in place).
+fn create_trigger(target: &Target) -> Result<Trigger, String> {
+    let name = format!(".attach_pid{}", target.nspid);
+    let mut errors = Vec::new();
+    for dir in [target.cwd_dir(), target.in_root("/tmp")] {
+        let path = dir.join(&name);
+        let created = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path);
+        match created {
+            Ok(_) => return Ok(Trigger(Some(path))),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match fs::symlink_metadata(&path) {
+                Ok(m) if m.is_file() && m.uid() == target.creds.uid => return Ok(Trigger(None)),
+                _ => errors.push(format!("{}: exists and is not a file of uid {}", path.display(), target.creds.uid)),
+            },
+            Err(e) => errors.push(format!("{}: {e}", path.display())),
+        }
+    }
+    Err(format!("cannot create the attach trigger file ({})", errors.join("; ")))
+}
+
+/// Connects to the target's attach listener, starting it first if needed (trigger file and SIGQUIT through
+/// `pidfd`). `signal_safe` is the caller's verdict on whether the target may get SIGQUIT (a JVM that
+/// handles it and accepts attach): when it is an error, only a listener already up is used.
+pub fn connect(
+    target: &Target,
+    pidfd: &OwnedFd,
+    timeout: Duration,
+    signal_safe: Result<(), String>,
+) -> Result<UnixStream, String> {
+    let path = socket_path(target);
+    if let Ok(stream) = try_connect(target, &path) {
+        return Ok(stream);
+    }
+    signal_safe?;
+    let trigger = create_trigger(target)?;
+    sys::pidfd_send_signal(pidfd, libc::SIGQUIT).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => format!("pid {} exited", target.pid),
+        _ => format!("cannot signal pid {}: {e}", target.pid),
+    })?;
+    let start = Instant::now();
+    loop {
+        let last_error = match try_connect(target, &path) {
+            Ok(stream) => {
+                drop(trigger);
+                return Ok(stream);
+            }
+            Err(e) => e,
+        };
+        if sys::pidfd_exited(pidfd) {
+            return Err(format!("pid {} exited while kprof was attaching", target.pid));
+        }
+        if start.elapsed() >= timeout {
+            return Err(format!(
+                "the JVM did not start its attach listener within {:.1} s ({}: {last_error}); it may run with \
+                 -XX:+DisableAttachMechanism or be too busy",
+                timeout.as_secs_f64(),
+                path.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends one request on `stream` and reads the whole reply (the JVM closes the socket after it).
+pub fn exchange(mut stream: UnixStream, request: &[u8], timeout: Duration) -> Result<Vec<u8>, String> {
+    stream.set_read_timeout(Some(timeout)).and_then(|_| stream.set_write_timeout(Some(timeout))).ok();
+    stream.write_all(request).map_err(|e| format!("cannot send the attach request: {e}"))?;
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            format!("no complete reply from the JVM within {:.0} s", timeout.as_secs_f64())
+        }
+        _ => format!("cannot read the JVM's reply: {e}"),
+    })?;
+    if reply.is_empty() {
+        return Err("the JVM closed the attach connection without replying (it checks that the peer runs as \
+                    its own uid and gid, or root)"
+            .into());
+    }
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_replies_of_jdk_17_and_25() {
+        assert_eq!(parse_load_reply(b"0\nreturn code: 0\n"), LoadReply::AgentReturned(0));
+        assert_eq!(parse_load_reply(b"0\nreturn code: 7\n"), LoadReply::AgentReturned(7));
+        assert_eq!(parse_load_reply(b"0\n-1\n"), LoadReply::AgentReturned(-1), "bare number of older JDK 17");
+        let missing = b"-1\n/x/lib.so was not loaded.\n/x/lib.so: cannot open shared object file: No such file\n";
+        assert_eq!(
+            parse_load_reply(missing),
+            LoadReply::NotLoaded(
+                "/x/lib.so was not loaded. (/x/lib.so: cannot open shared object file: No such file)".into()
+            )
+        );
+        let jdk25 = b"0\n/x/lib.so was not loaded.\n/x/lib.so: cannot open shared object file\n";
+        assert!(matches!(parse_load_reply(jdk25), LoadReply::NotLoaded(m) if m.contains("was not loaded")));
+        assert!(
+            matches!(parse_load_reply(b"-1\nOperation bogus not recognized!"), LoadReply::NotLoaded(m) if m.contains("bogus"))
+        );
+        assert!(matches!(parse_load_reply(b""), LoadReply::NotLoaded(_)));
+        assert!(matches!(parse_load_reply(b"-1\n"), LoadReply::NotLoaded(_)));
+    }
+
+    #[test]
+    fn requests_have_three_arguments_and_a_length_limit() {
+        assert_eq!(request("load", &["/l.so", "true", "a=b"]).unwrap(), b"1\0load\0/l.so\0true\0a=b\0");
+        assert_eq!(request("properties", &[]).unwrap(), b"1\0properties\0\0\0\0");
+        assert!(request("load", &["/l.so", "true", &"x".repeat(ARG_MAX + 1)]).is_err());
+    }
+}

@@ -1,0 +1,319 @@
+//! A process as /proc shows it: its pid in its own namespace, its credentials, whether it is a JVM,
+//! whether it may be signalled, and how paths inside its mount namespace read from here.
+//!
+//! Every read may fail because the process exits meanwhile; nothing here panics on that.
+
+use super::creds::Credentials;
+use super::perfdata::PerfData;
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// What a process does on SIGQUIT.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SigquitDisposition {
+    /// A handler is installed (a running HotSpot JVM: thread dump or attach listener start).
+    Caught,
+    Ignored,
+    /// The default action: the process dies and dumps core.
+    Default,
+}
+
+/// One process.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The pid as this process sees it.
+    pub pid: u32,
+    /// The pid inside the process's own PID namespace (the last field of `NStgid`).
+    pub nspid: u32,
+    /// Effective uid and gid, and supplementary groups.
+    pub creds: Credentials,
+    /// The command name (`Name:` of /proc/PID/status).
+    pub name: String,
+    /// `R`, `S`, `Z`, ... of /proc/PID/status.
+    pub state: char,
+    pub sigquit: SigquitDisposition,
+    proc_dir: PathBuf,
+}
+
+fn field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')).map(str::trim)
+}
+
+fn numbers(s: &str) -> Vec<u32> {
+    s.split_whitespace().filter_map(|n| n.parse().ok()).collect()
+}
+
+/// Whether bit `signal - 1` is set in a /proc signal mask (hexadecimal).
+fn mask_has(mask: Option<&str>, signal: i32) -> bool {
+    mask.and_then(|m| u64::from_str_radix(m, 16).ok()).is_some_and(|m| m & (1u64 << (signal - 1)) != 0)
+}
+
+impl Target {
+    /// Reads /proc/PID/status. Err: a one-line reason (no such process, or /proc unreadable).
+    pub fn read(pid: u32) -> Result<Target, String> {
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        let status = fs::read_to_string(proc_dir.join("status")).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => format!("no process with pid {pid}"),
+            _ => format!("cannot read /proc/{pid}/status: {e}"),
+        })?;
+        Self::from_status(pid, &status).ok_or_else(|| format!("cannot parse /proc/{pid}/status"))
+    }
+
+    fn from_status(pid: u32, status: &str) -> Option<Target> {
+        // A thread id also has a /proc entry; only thread-group leaders are processes.
+        let tgid: u32 = field(status, "Tgid")?.parse().ok()?;
+        if tgid != pid {
+            return None;
+        }
+        let nspid = field(status, "NStgid").and_then(|f| numbers(f).last().copied()).unwrap_or(pid);
+        let uids = numbers(field(status, "Uid")?);
+        let gids = numbers(field(status, "Gid")?);
+        let groups = field(status, "Groups").map(numbers).unwrap_or_default();
+        let sigquit = if mask_has(field(status, "SigCgt"), libc::SIGQUIT) {
+            SigquitDisposition::Caught
+        } else if mask_has(field(status, "SigIgn"), libc::SIGQUIT) {
+            SigquitDisposition::Ignored
+        } else {
+            SigquitDisposition::Default
+        };
+        Some(Target {
+            pid,
+            nspid,
+            creds: Credentials { uid: *uids.get(1)?, gid: *gids.get(1)?, groups },
+            name: field(status, "Name").unwrap_or("").to_string(),
+            state: field(status, "State").and_then(|s| s.chars().next()).unwrap_or('?'),
+            sigquit,
+            proc_dir: PathBuf::from(format!("/proc/{pid}")),
+        })
+    }
+
+    /// The process's arguments (empty for kernel threads or when unreadable).
+    pub fn cmdline(&self) -> Vec<String> {
+        fs::read(self.proc_dir.join("cmdline"))
+            .map(|b| {
+                b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into()).collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The process's environment variable `name`, if readable (its user or root only).
+    pub fn env(&self, name: &str) -> Option<String> {
+        let bytes = fs::read(self.proc_dir.join("environ")).ok()?;
+        bytes.split(|&c| c == 0).find_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')).map(str::to_string)
+        })
+    }
+
+    /// Whether libjvm.so is mapped: Ok(true) for a HotSpot JVM (a `java` launcher or any program that
+    /// embeds the VM). Err when the maps cannot be read (another user's process, or it exited).
+    pub fn maps_libjvm(&self) -> io::Result<bool> {
+        let maps = fs::read_to_string(self.proc_dir.join("maps"))?;
+        Ok(maps.lines().any(|l| l.ends_with("/libjvm.so")))
+    }
+
+    /// The process's performance counters file, if it has one and it is readable.
+    pub fn perfdata(&self) -> Option<PerfData> {
+        let tmp = self.proc_dir.join("root/tmp");
+        let wanted = self.nspid.to_string();
+        for dir in fs::read_dir(&tmp).ok()?.flatten() {
+            if !dir.file_name().to_string_lossy().starts_with("hsperfdata_") {
+                continue;
+            }
+            let path = dir.path().join(&wanted);
+            // The counters file belongs to the JVM's user; one of another user is another JVM's.
+            match fs::symlink_metadata(&path) {
+                Ok(m) if m.is_file() && m.uid() == self.creds.uid => {}
+                _ => continue,
+            }
+            if let Some(p) = fs::read(&path).ok().and_then(|b| PerfData::parse(&b)) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// Whether the process runs in this process's mount namespace with the same root, so that its paths
+    /// mean the same here.
+    pub fn shares_mounts(&self) -> bool {
+        let ns = |dir: &Path| fs::read_link(dir.join("ns/mnt")).ok();
+        let root = |dir: &Path| fs::metadata(dir.join("root")).ok().map(|m| (m.dev(), m.ino()));
+        let (mine, theirs) = (Path::new("/proc/self"), self.proc_dir.as_path());
+        matches!((ns(mine), ns(theirs)), (Some(a), Some(b)) if a == b)
+            && matches!((root(mine), root(theirs)), (Some(a), Some(b)) if a == b)
+    }
+
+    /// `/proc/PID/root`: the process's root directory as seen from here.
+    pub fn root_dir(&self) -> PathBuf {
+        self.proc_dir.join("root")
+    }
+
+    /// `/proc/PID/cwd`.
+    pub fn cwd_dir(&self) -> PathBuf {
+        self.proc_dir.join("cwd")
+    }
+
+    /// The path under which this process reaches `path` of the target's namespace (absolute).
+    pub fn in_root(&self, path: &str) -> PathBuf {
+        self.root_dir().join(path.trim_start_matches('/'))
+    }
+
+    /// A path of the target's namespace as the caller can read it: unchanged when the mounts are shared,
+    /// else under `/proc/PID/root` (readable while the target lives).
+    pub fn readable_path(&self, path: &str, shares_mounts: bool) -> PathBuf {
+        if shares_mounts {
+            PathBuf::from(path)
+        } else {
+            self.in_root(path)
+        }
+    }
+
+    /// The user name of the target's uid in this namespace's /etc/passwd, else the number.
+    pub fn user_name(&self) -> String {
+        user_name(self.creds.uid)
+    }
+}
+
+/// The name of `uid` in /etc/passwd, else the number.
+pub fn user_name(uid: u32) -> String {
+    fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|p| {
+            p.lines().find_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?;
+                (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+            })
+        })
+        .unwrap_or_else(|| uid.to_string())
+}
+
+/// Launcher options that take the next argument as their value.
+const OPTIONS_WITH_VALUE: &[&str] = &[
+    "-cp",
+    "-classpath",
+    "--class-path",
+    "-p",
+    "--module-path",
+    "--upgrade-module-path",
+    "--add-modules",
+    "--limit-modules",
+    "--add-reads",
+    "--add-exports",
+    "--add-opens",
+    "--patch-module",
+    "--enable-native-access",
+];
+
+/// Splits a `java` command line into the JVM's options and the main class (or `-jar FILE`, `-m MODULE`)
+/// with its arguments: options after the main class belong to the program, not the JVM.
+pub fn split_java_command(cmdline: &[String]) -> (&[String], &[String]) {
+    let mut i = 1;
+    while i < cmdline.len() {
+        let a = cmdline[i].as_str();
+        if OPTIONS_WITH_VALUE.contains(&a) {
+            i += 2;
+        } else if a == "-jar" || a == "-m" || a == "--module" || !a.starts_with('-') {
+            break;
+        } else {
+            i += 1;
+        }
+    }
+    let i = i.min(cmdline.len());
+    (&cmdline[1.min(cmdline.len())..i], &cmdline[i..])
+}
+
+/// The value a boolean `-XX:±Flag` finally has among `options` (the last occurrence wins), if set.
+pub fn bool_flag(options: &[String], flag: &str) -> Option<bool> {
+    options.iter().rev().find_map(|o| {
+        let rest = o.strip_prefix("-XX:")?;
+        match rest.strip_suffix(flag)? {
+            "+" => Some(true),
+            "-" => Some(false),
+            _ => None,
+        }
+    })
+}
+
+impl Target {
+    /// The JVM options in effect as far as they can be seen from outside: JAVA_TOOL_OPTIONS, then the
+    /// command line's JVM options, then _JAVA_OPTIONS (HotSpot's order; the last setting of a flag wins).
+    /// Flags from `-XX:Flags=` or `-XX:VMOptionsFile=` files are not followed.
+    pub fn jvm_options(&self) -> Vec<String> {
+        let cmdline = self.cmdline();
+        let mut all: Vec<String> = self
+            .env("JAVA_TOOL_OPTIONS")
+            .map(|v| v.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        all.extend(split_java_command(&cmdline).0.iter().cloned());
+        if let Some(v) = self.env("_JAVA_OPTIONS") {
+            all.extend(v.split_whitespace().map(str::to_string));
+        }
+        all
+    }
+
+    /// A short description of the program: the main class and arguments from the counters file, else from
+    /// the command line.
+    pub fn program(&self, perf: Option<&PerfData>) -> String {
+        if let Some(cmd) = perf.and_then(PerfData::java_command).filter(|c| !c.is_empty()) {
+            return cmd.to_string();
+        }
+        let cmdline = self.cmdline();
+        let (_, program) = split_java_command(&cmdline);
+        if program.is_empty() {
+            cmdline.join(" ")
+        } else {
+            program.join(" ")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn status_fields_give_nspid_credentials_and_sigquit() {
+        let status = "Name:\tjava\nState:\tS (sleeping)\nTgid:\t4242\nNgid:\t0\nPid:\t4242\nPPid:\t1\n\
+Uid:\t1000\t1001\t1001\t1001\nGid:\t100\t101\t101\t101\nGroups:\t101 20 \nNStgid:\t4242\t7\nNSpid:\t4242\t7\n\
+SigIgn:\t0000000000000000\nSigCgt:\t2000000181005ccf\n";
+        let t = Target::from_status(4242, status).unwrap();
+        assert_eq!(t.nspid, 7);
+        assert_eq!(t.creds, Credentials { uid: 1001, gid: 101, groups: vec![101, 20] });
+        assert_eq!(t.sigquit, SigquitDisposition::Caught);
+        assert_eq!(t.state, 'S');
+        let sleeper = status.replace("2000000181005ccf", "0000000000000000");
+        assert_eq!(Target::from_status(4242, &sleeper).unwrap().sigquit, SigquitDisposition::Default);
+        assert!(Target::from_status(4243, status).is_none(), "a thread is not a process");
+    }
+
+    #[test]
+    fn this_process_reads_itself() {
+        let me = Target::read(std::process::id()).unwrap();
+        assert_eq!(me.pid, std::process::id());
+        assert!(me.shares_mounts());
+        assert!(!me.maps_libjvm().unwrap());
+        assert!(Target::read(u32::MAX - 1).unwrap_err().contains("no process"));
+    }
+
+    #[test]
+    fn java_command_lines_split_at_the_main_class() {
+        let cmd = args("java -cp a:b -Xrs -XX:+DisableAttachMechanism app.Main -XX:-DisableAttachMechanism");
+        let (opts, program) = split_java_command(&cmd);
+        assert_eq!(opts, &args("-cp a:b -Xrs -XX:+DisableAttachMechanism")[..]);
+        assert_eq!(program, &args("app.Main -XX:-DisableAttachMechanism")[..]);
+        assert_eq!(bool_flag(opts, "DisableAttachMechanism"), Some(true));
+        let jar = args("java -XX:+DisableAttachMechanism -XX:-DisableAttachMechanism -jar app.jar -Xrs");
+        let (opts, program) = split_java_command(&jar);
+        assert_eq!(bool_flag(opts, "DisableAttachMechanism"), Some(false));
+        assert_eq!(program, &args("-jar app.jar -Xrs")[..]);
+        assert_eq!(bool_flag(&args("-XX:+NotDisableAttachMechanism"), "DisableAttachMechanism"), None);
+        assert_eq!(split_java_command(&[]).0.len(), 0);
+    }
+}
