@@ -83,6 +83,8 @@ pub struct Options {
     pub duration_ns: u64,
     /// Write a snapshot of the profile at this interval (nanoseconds); 0 = only at the end.
     pub dump_ns: u64,
+    /// Open the control socket (`kprof start|stop|dump|status`).
+    pub control: bool,
 }
 
 impl Default for Options {
@@ -99,6 +101,7 @@ impl Default for Options {
             help: false,
             duration_ns: 0,
             dump_ns: 0,
+            control: true,
         }
     }
 }
@@ -140,6 +143,7 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("cct_mb", "1..65536", "256", "calling context tree arena, MiB (pages are used lazily)"),
     ("duration", "duration (0 = until exit)", "0", "stop profiling after this long"),
     ("dump", "duration (0 = only at exit)", "0", "also write the profile at this interval while running"),
+    ("control", "on | off", "on", "open the control socket that kprof start/stop/dump/status use"),
     ("help", "(no value)", "", "print this help and exit"),
 ];
 
@@ -253,6 +257,7 @@ impl Options {
                     o.metric = Some(Metric::parse(v).ok_or_else(|| bad(key, v))?);
                 }
                 "threads" => o.threads = parse_switch(key, value)?,
+                "control" => o.control = parse_switch(key, value)?,
                 "depth" => o.depth = parse_range(key, need()?, 1, 8192)? as u32,
                 "cct_mb" => o.cct_mb = parse_range(key, need()?, 1, 65536)? as u32,
                 "duration" | "dump" => {
@@ -308,9 +313,10 @@ impl Options {
     }
 }
 
-/// Expands `%p` (pid) and `%t` (seconds since the epoch at start) in an output path.
-pub fn expand_path(path: &str, pid: u32, start_secs: u64) -> String {
-    path.replace("%p", &pid.to_string()).replace("%t", &start_secs.to_string())
+/// Expands `%p` (pid), `%t` (seconds since the epoch at start) and `%n` (the number of the write: 1 for
+/// the first dump, 2 for the next, ...) in an output path.
+pub fn expand_path(path: &str, pid: u32, start_secs: u64, write_number: u32) -> String {
+    path.replace("%p", &pid.to_string()).replace("%t", &start_secs.to_string()).replace("%n", &write_number.to_string())
 }
 
 #[cfg(test)]
@@ -398,6 +404,6 @@ mod tests {
 
     #[test]
     fn paths_expand_pid_and_time() {
-        assert_eq!(expand_path("/tmp/kprof-%p-%t.html", 42, 7), "/tmp/kprof-42-7.html");
+        assert_eq!(expand_path("/tmp/kprof-%p-%t-%n.html", 42, 7, 3), "/tmp/kprof-42-7-3.html");
     }
 }

@@ -1,44 +1,99 @@
-//! The agent: JVMTI entry points, event callbacks, and writing the profile out.
+//! The agent: JVMTI entry points, event callbacks, profiling sessions, and writing the profile out.
 //!
 //! Every callback runs inside [`guard`], so a bug in kprof becomes a message on stderr, never an unwind
-//! into the JVM. The agent state is created once in `Agent_OnLoad` and leaked: callbacks and the signal
-//! handler may run until the process is gone.
+//! into the JVM. The agent is created once (`Agent_OnLoad` or `Agent_OnAttach`) and leaked: callbacks
+//! and the signal handler may run until the process is gone.
+//!
+//! A *session* is one profiling run with one set of options: it starts at VMInit (or on attach, or on
+//! `kprof start`) and ends at VM death, after `duration=`, or on `kprof stop`; each end writes the
+//! session's files and prints the summary line. The calling context tree lives as long as the agent;
+//! a new session resets its counters.
 
+pub mod control;
 pub mod resolve;
 
 use crate::cct::{Cct, ROOT};
-use crate::engine::asgct::Sampler;
+use crate::engine::asgct::{timer::gettid, Sampler};
 use crate::frame::FrameId;
 use crate::jvmti::bindings::*;
 use crate::jvmti::{vmstructs, JavaVm, Jni, Jvmti};
-use crate::options::{expand_path, Mode, Options, TimerKind};
+use crate::options::{expand_path, Mode, Options, OutputFile};
 use crate::output;
 use crate::profile::{Meta, WeightUnit};
 use resolve::{NameSources, Resolver};
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Names of threads kprof starts itself; they are never sampled.
 const OWN_THREAD_PREFIX: &str = "kprof-";
 
-/// Everything the agent knows, created in `Agent_OnLoad`.
+/// One profiling run.
+struct Session {
+    options: Options,
+    started: Instant,
+    start_unix_ms: u64,
+    /// The asgct sampler of this session, once started.
+    sampler: Option<&'static Sampler>,
+    running: bool,
+    /// Files written so far in this session (`%n` of the next write is this plus one).
+    writes: u32,
+    /// The session's end has been written (by stop, duration or VM death).
+    ended: bool,
+    /// When the next periodic dump is due.
+    next_dump: Option<Instant>,
+}
+
+impl Session {
+    fn new(options: Options) -> Session {
+        Session {
+            options,
+            started: Instant::now(),
+            start_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+            sampler: None,
+            running: false,
+            writes: 0,
+            ended: false,
+            next_dump: None,
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        (self.running && self.options.duration_ns > 0)
+            .then(|| self.started + Duration::from_nanos(self.options.duration_ns))
+    }
+}
+
+/// What a write needs from the session, copied so that the session lock is not held while writing.
+struct WriteJob {
+    files: Vec<OutputFile>,
+    meta: Meta,
+    metric: crate::profile::Metric,
+    start_secs: u64,
+    number: u32,
+    interval_ns: u64,
+    /// Print the summary line (the session ended).
+    summary: bool,
+}
+
+/// Everything the agent knows.
 pub struct Agent {
     vm: JavaVm,
     jvmti: Jvmti,
-    options: Options,
     cct: &'static Cct,
-    started: Instant,
-    start_unix_ms: u64,
+    session: Mutex<Session>,
     /// Thread names by thread number (roots with `threads=on`).
     thread_names: Mutex<Vec<String>>,
     resolver: Mutex<Resolver>,
-    /// Serialises writing the profile (exit, periodic dumps).
+    /// Serialises writing the profile.
     write_lock: Mutex<()>,
-    /// Set once the final profile is being written; later dumps do nothing.
-    finished: AtomicBool,
+    /// The VM is dying: no more sessions, dumps or commands.
+    dead: AtomicBool,
+    control_started: AtomicBool,
+    /// The control socket's path, removed at VM death (the control thread does not outlive the VM).
+    control_path: OnceLock<std::path::PathBuf>,
 }
 
 static AGENT: OnceLock<&'static Agent> = OnceLock::new();
@@ -59,15 +114,22 @@ fn say(line: &str) {
     eprintln!("kprof: {line}");
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn option_text(options: *mut c_char) -> Option<String> {
+    // SAFETY: the JVM passes a NUL-terminated string or NULL.
+    (!options.is_null()).then(|| unsafe { CStr::from_ptr(options) }.to_string_lossy().into_owned())
+}
+
 /// # Safety
 /// Called by the JVM with its JavaVM and the option string after `=` in `-agentpath`.
 #[no_mangle]
 pub unsafe extern "C" fn Agent_OnLoad(vm: *mut JavaVM, options: *mut c_char, _reserved: *mut c_void) -> jint {
     guard(JNI_ERR, || {
-        // SAFETY: the JVM passes a NUL-terminated string or NULL.
-        let text = (!options.is_null()).then(|| unsafe { CStr::from_ptr(options) }.to_string_lossy().into_owned());
         // SAFETY: `vm` is the JVM's JavaVM.
-        match on_load(unsafe { JavaVm::from_raw(vm) }, text.as_deref()) {
+        match on_load(unsafe { JavaVm::from_raw(vm) }, option_text(options).as_deref()) {
             Ok(()) => JNI_OK as jint,
             Err(line) => {
                 eprintln!("{line}");
@@ -77,35 +139,84 @@ pub unsafe extern "C" fn Agent_OnLoad(vm: *mut JavaVM, options: *mut c_char, _re
     })
 }
 
-fn on_load(vm: JavaVm, text: Option<&str>) -> Result<(), String> {
+/// # Safety
+/// Called by the JVM's attach listener with its JavaVM and the options of the `load` command.
+#[no_mangle]
+pub unsafe extern "C" fn Agent_OnAttach(vm: *mut JavaVM, options: *mut c_char, _reserved: *mut c_void) -> jint {
+    guard(JNI_ERR, || {
+        // SAFETY: `vm` is the JVM's JavaVM.
+        match on_attach(unsafe { JavaVm::from_raw(vm) }, option_text(options).as_deref()) {
+            Ok(line) => {
+                say(&format!("attached: {}", line.trim_start_matches("ok ")));
+                JNI_OK as jint
+            }
+            Err(line) => {
+                eprintln!("{line}");
+                JNI_ERR
+            }
+        }
+    })
+}
+
+fn parse_options(text: Option<&str>) -> Result<Options, String> {
     let options = Options::parse(text).map_err(|e| e.0)?;
     if options.help {
         print!("{}", crate::options::help_text());
-        std::process::exit(0);
     }
+    Ok(options)
+}
+
+fn create_agent(vm: JavaVm, options: Options) -> Result<&'static Agent, String> {
     let jvmti = vm.jvmti(JVMTI_VERSION_1_2).ok_or("kprof: cannot get a JVMTI environment (JVMTI 1.2+ needed)")?;
     let cct_bytes = options.cct_mb as usize * 1024 * 1024;
     let cct: &'static Cct =
         Box::leak(Box::new(Cct::with_bytes(cct_bytes).ok_or_else(|| {
             format!("kprof: bad option 'cct_mb={}': cannot reserve that much memory", options.cct_mb)
         })?));
-    for f in &options.files {
-        check_writable(&expand_path(&f.path, std::process::id(), 0));
-    }
     let agent: &'static Agent = Box::leak(Box::new(Agent {
         vm,
         jvmti,
-        options,
         cct,
-        started: Instant::now(),
-        start_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+        session: Mutex::new(Session::new(options)),
         thread_names: Mutex::new(Vec::new()),
         resolver: Mutex::new(Resolver::default()),
         write_lock: Mutex::new(()),
-        finished: AtomicBool::new(false),
+        dead: AtomicBool::new(false),
+        control_started: AtomicBool::new(false),
+        control_path: OnceLock::new(),
     }));
     AGENT.set(agent).map_err(|_| "kprof: loaded twice")?;
-    agent.setup_events()
+    agent.setup_events()?;
+    Ok(agent)
+}
+
+fn on_load(vm: JavaVm, text: Option<&str>) -> Result<(), String> {
+    let options = parse_options(text)?;
+    if options.help {
+        std::process::exit(0);
+    }
+    for f in &options.files {
+        check_writable(&expand_path(&f.path, std::process::id(), 0, 1));
+    }
+    create_agent(vm, options)?;
+    Ok(())
+}
+
+fn on_attach(vm: JavaVm, text: Option<&str>) -> Result<String, String> {
+    let options = parse_options(text)?;
+    if options.help {
+        return Ok("help printed".into());
+    }
+    let jni = vm.jni().ok_or("kprof: the attach thread has no JNI environment")?;
+    let agent = match AGENT.get() {
+        Some(a) => a,
+        None => create_agent(vm, options.clone())?,
+    };
+    let result = agent.start_session(jni, options);
+    if agent.session_control() {
+        agent.spawn_control_thread();
+    }
+    result
 }
 
 /// Warns (once, at start) when an output file cannot be created, so the user learns it before the run.
@@ -119,9 +230,17 @@ fn check_writable(path: &str) {
     // SAFETY: access() with a NUL-terminated path.
     if unsafe { libc::access(cdir.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
         let err = std::io::Error::last_os_error();
-        say(&format!("warning: cannot write file={path} ({}: {err}); the application runs on, the profile will not be saved there", dir.display()));
+        say(&format!(
+            "warning: cannot write file={path} ({}: {err}); the application runs on, the profile will not be saved there",
+            dir.display()
+        ));
     }
 }
+
+/// Events that only a running session needs; switched off when sampling stops so that a stopped agent
+/// costs the application nothing.
+const SESSION_EVENTS: [jvmtiEvent; 4] =
+    [JVMTI_EVENT_THREAD_START, JVMTI_EVENT_THREAD_END, JVMTI_EVENT_CLASS_PREPARE, JVMTI_EVENT_COMPILED_METHOD_LOAD];
 
 impl Agent {
     fn setup_events(&self) -> Result<(), String> {
@@ -145,46 +264,133 @@ impl Agent {
             ..Default::default()
         };
         self.jvmti.set_event_callbacks(&callbacks).map_err(|e| format!("kprof: SetEventCallbacks: {e}"))?;
-        let mut events = vec![
-            JVMTI_EVENT_VM_INIT,
-            JVMTI_EVENT_VM_DEATH,
-            JVMTI_EVENT_THREAD_START,
-            JVMTI_EVENT_THREAD_END,
-            // AsyncGetCallTrace refuses to walk stacks unless ClassLoad events are enabled.
-            JVMTI_EVENT_CLASS_LOAD,
-            // jmethodIDs must exist before AsyncGetCallTrace meets a method: created at ClassPrepare.
-            JVMTI_EVENT_CLASS_PREPARE,
-        ];
-        if caps.can_generate_compiled_method_load_events() != 0 {
-            events.push(JVMTI_EVENT_COMPILED_METHOD_LOAD);
-        }
-        for e in events {
+        // AsyncGetCallTrace refuses to walk stacks unless ClassLoad events are enabled.
+        for e in [JVMTI_EVENT_VM_INIT, JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_CLASS_LOAD] {
             self.jvmti.set_event(e, true).map_err(|err| format!("kprof: enabling JVMTI event {e}: {err}"))?;
         }
+        self.set_session_events(true);
         Ok(())
     }
 
-    fn vm_init(&'static self, jni: Jni, thread: jthread) {
-        self.preallocate_method_ids(jni);
-        match self.options.mode {
-            Mode::Asgct => {
-                let started = Sampler::start(
-                    self.cct,
-                    self.options.timer,
-                    self.options.interval_ns,
-                    self.options.depth,
-                    &mut |n| say(&n),
-                );
-                match started {
-                    Ok(_) => self.register_live_threads(jni, thread),
-                    Err(e) => say(&format!("sampling disabled: {e}")),
-                }
-            }
-            Mode::Bytecode | Mode::Exact => {}
+    fn set_session_events(&self, on: bool) {
+        for e in SESSION_EVENTS {
+            // CompiledMethodLoad fails without its capability; nothing else depends on it.
+            let _ = self.jvmti.set_event(e, on);
         }
-        if self.options.duration_ns > 0 || self.options.dump_ns > 0 {
+    }
+
+    fn session_control(&self) -> bool {
+        lock(&self.session).options.control
+    }
+
+    fn vm_init(&'static self, jni: Jni) {
+        let options = lock(&self.session).options.clone();
+        if let Err(e) = self.start_session(jni, options) {
+            say(&e);
+        }
+        if self.session_control() {
             self.spawn_control_thread();
         }
+    }
+
+    /// Starts a session with `options` (ending the running one, unwritten, if any). Returns the
+    /// one-line description the control socket replies with.
+    fn start_session(&'static self, jni: Jni, options: Options) -> Result<String, String> {
+        if self.dead.load(Ordering::Acquire) {
+            return Err("the JVM is shutting down".into());
+        }
+        let mut session = lock(&self.session);
+        if session.running {
+            if let Some(s) = session.sampler {
+                s.stop();
+            }
+        }
+        if session.writes > 0 || session.sampler.is_some() {
+            self.cct.reset_counters();
+        }
+        *session = Session::new(options);
+        let o = session.options.clone();
+        self.set_session_events(true);
+        self.preallocate_method_ids(jni);
+        match o.mode {
+            Mode::Asgct => {
+                let sampler = Sampler::start(self.cct, o.timer, o.interval_ns, o.depth, &mut |n| say(&n))
+                    .map_err(|e| format!("kprof: sampling not started: {e}"))?;
+                session.sampler = Some(sampler);
+                session.running = true;
+                self.register_live_threads(jni, o.threads);
+            }
+            Mode::Bytecode | Mode::Exact => {
+                session.running = true;
+            }
+        }
+        session.next_dump = (o.dump_ns > 0).then(|| session.started + Duration::from_nanos(o.dump_ns));
+        let timer = session.sampler.map(|s| s.timer.name()).unwrap_or("none");
+        Ok(format!("ok state=running mode={} timer={timer} interval={}", o.mode.name(), format_interval(o.interval_ns)))
+    }
+
+    /// Ends the running session: stops sampling, writes its files, prints the summary. Returns the
+    /// paths written.
+    fn stop_session(&self, jni: Option<Jni>) -> Result<Vec<String>, String> {
+        let job = {
+            let mut session = lock(&self.session);
+            if session.ended {
+                return Err("no session is running".into());
+            }
+            if let Some(s) = session.sampler {
+                s.stop();
+            }
+            session.running = false;
+            session.ended = true;
+            self.set_session_events(false);
+            self.write_job(&mut session, None, true)
+        };
+        Ok(self.write(jni, job))
+    }
+
+    /// Writes the profile so far without ending the session, to `files` or the session's files.
+    fn dump(&self, jni: Option<Jni>, files: Option<Vec<OutputFile>>) -> Result<Vec<String>, String> {
+        let job = {
+            let mut session = lock(&self.session);
+            self.write_job(&mut session, files, false)
+        };
+        Ok(self.write(jni, job))
+    }
+
+    fn write_job(&self, session: &mut Session, files: Option<Vec<OutputFile>>, summary: bool) -> WriteJob {
+        session.writes += 1;
+        WriteJob {
+            files: files.unwrap_or_else(|| session.options.files.clone()),
+            meta: self.meta(session),
+            metric: session.options.effective_metric(),
+            start_secs: session.start_unix_ms / 1000,
+            number: session.writes,
+            interval_ns: session.options.interval_ns,
+            summary,
+        }
+    }
+
+    fn status(&self) -> String {
+        let session = lock(&self.session);
+        let meta = self.meta(&session);
+        let files: Vec<String> = session
+            .options
+            .files
+            .iter()
+            .map(|f| {
+                absolute(&expand_path(&f.path, std::process::id(), session.start_unix_ms / 1000, session.writes + 1))
+            })
+            .collect();
+        format!(
+            "ok state={} mode={} timer={} interval={} samples={} elapsed_ms={} files={}",
+            if session.running { "running" } else { "stopped" },
+            session.options.mode.name(),
+            if meta.timer.is_empty() { "none" } else { &meta.timer },
+            format_interval(session.options.interval_ns),
+            meta.counters.get("samples").copied().unwrap_or(0),
+            session.started.elapsed().as_millis(),
+            files.join(",")
+        )
     }
 
     /// Creates jmethodIDs for the methods of every class loaded so far.
@@ -199,41 +405,52 @@ impl Agent {
 
     /// Registers `thread` (running now, on this thread) for sampling.
     fn thread_started(&self, jni: Jni, thread: jthread) {
-        let Some(sampler) = Sampler::get().filter(|s| s.is_running()) else { return };
+        let session = lock(&self.session);
+        let Some(sampler) = session.sampler.filter(|_| session.running) else { return };
         let name = self.jvmti.thread_name(thread).unwrap_or_default();
         if name.starts_with(OWN_THREAD_PREFIX) {
             return;
         }
-        let tid = crate::engine::asgct::timer::gettid();
-        let root = self.thread_root(&name);
-        if let Err(e) = sampler.register(tid, jni.raw() as *mut c_void, root) {
+        let root = self.thread_root(&name, session.options.threads);
+        if let Err(e) = sampler.register(gettid(), jni.raw() as *mut c_void, root) {
             self.note_once(&e);
         }
     }
 
     /// The CCT node a thread's samples start from: the root, or with `threads=on` a node for the thread.
-    fn thread_root(&self, name: &str) -> u32 {
-        if !self.options.threads {
+    fn thread_root(&self, name: &str, per_thread: bool) -> u32 {
+        if !per_thread {
             return ROOT;
         }
-        let mut names = self.thread_names.lock().unwrap_or_else(|e| e.into_inner());
-        names.push(name.to_string());
-        self.cct.child(ROOT, FrameId::thread((names.len() - 1) as u32), -1).unwrap_or(self.cct.overflow())
+        let mut names = lock(&self.thread_names);
+        let number = match names.iter().position(|n| n == name) {
+            Some(i) => i,
+            None => {
+                names.push(name.to_string());
+                names.len() - 1
+            }
+        };
+        self.cct.child(ROOT, FrameId::thread(number as u32), -1).unwrap_or(self.cct.overflow())
     }
 
     /// Registers the threads that already run: the calling thread directly, the others through
-    /// `Thread.eetop` and HotSpot's structure table (see [`vmstructs`]).
-    fn register_live_threads(&self, jni: Jni, current: jthread) {
+    /// `Thread.eetop` and HotSpot's structure table (see [`vmstructs`]). Caller holds the session lock.
+    fn register_live_threads(&self, jni: Jni, per_thread: bool) {
         let Some(sampler) = Sampler::get() else { return };
         let offsets = vmstructs::thread_offsets();
-        let eetop = jni.find_class("java/lang/Thread").and_then(|k| {
+        let Some(eetop) = jni.find_class("java/lang/Thread").and_then(|k| {
             let f = jni.field_id(k, "eetop", "J");
             jni.delete_local_ref(k);
             f
-        });
-        let my_tid = crate::engine::asgct::timer::gettid();
+        }) else {
+            say("cannot read Thread.eetop; only threads that start from now on are sampled");
+            return;
+        };
+        let Ok(current) = self.jvmti.current_thread() else { return };
+        let my_tid = gettid();
         let my_env = jni.raw() as usize;
-        let my_eetop = eetop.map(|f| jni.long_field(current, f) as usize).unwrap_or(0);
+        let my_eetop = jni.long_field(current, eetop) as usize;
+        jni.delete_local_ref(current);
         // The JNIEnv lives inside the JavaThread at the same offset in every thread.
         let env_offset = my_env.wrapping_sub(my_eetop);
         let env_offset_ok = my_eetop != 0 && env_offset < 1 << 16;
@@ -241,10 +458,14 @@ impl Agent {
         let mut skipped = 0;
         for &t in threads.as_slice() {
             let name = self.jvmti.thread_name(t).unwrap_or_default();
-            let top = eetop.map(|f| jni.long_field(t, f) as usize).unwrap_or(0);
-            let target = if top == my_eetop && top != 0 {
+            let top = jni.long_field(t, eetop) as usize;
+            jni.delete_local_ref(t);
+            if name.starts_with(OWN_THREAD_PREFIX) || top == 0 {
+                continue;
+            }
+            let target = if top == my_eetop {
                 Some((my_tid, my_env))
-            } else if env_offset_ok && top != 0 && !name.starts_with(OWN_THREAD_PREFIX) {
+            } else if env_offset_ok {
                 // SAFETY: `top` is the JavaThread* of a live thread listed by GetAllThreads a moment ago.
                 let tid = unsafe { vmstructs::thread_tid(top, offsets) };
                 let env = top + env_offset;
@@ -256,16 +477,14 @@ impl Agent {
                 None
             };
             match target {
-                Some((tid, env)) if !name.starts_with(OWN_THREAD_PREFIX) => {
-                    let root = self.thread_root(&name);
+                Some((tid, env)) => {
+                    let root = self.thread_root(&name, per_thread);
                     if let Err(e) = sampler.register(tid, env as *mut c_void, root) {
                         self.note_once(&e);
                     }
                 }
-                Some(_) => {}
                 None => skipped += 1,
             }
-            jni.delete_local_ref(t);
         }
         if skipped > 0 {
             say(&format!("{skipped} running thread(s) could not be located and are not sampled"));
@@ -279,61 +498,108 @@ impl Agent {
         }
     }
 
+    /// The control thread: serves the control socket and ends sessions at `duration=` and writes
+    /// `dump=` snapshots. One per agent; attached to the JVM as a daemon (it resolves names).
     fn spawn_control_thread(&'static self) {
+        if self.control_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let socket = match control::ControlSocket::bind() {
+            Ok(s) => {
+                let _ = self.control_path.set(s.path().to_path_buf());
+                Some(s)
+            }
+            Err(e) => {
+                say(&format!("no control socket ({e}); kprof start/stop/dump/status will not reach this JVM"));
+                None
+            }
+        };
         let vm = self.vm;
         let spawned = std::thread::Builder::new().name("kprof-control".into()).spawn(move || {
             guard((), || {
                 let Some(jni) = vm.attach_daemon("kprof-control") else { return };
-                let start = Instant::now();
-                let dump = (self.options.dump_ns > 0).then(|| Duration::from_nanos(self.options.dump_ns));
-                let stop_at =
-                    (self.options.duration_ns > 0).then(|| start + Duration::from_nanos(self.options.duration_ns));
-                let mut next_dump = dump.map(|d| start + d);
-                loop {
-                    let wake = [next_dump, stop_at].into_iter().flatten().min();
-                    let Some(wake) = wake else { break };
-                    std::thread::sleep(wake.saturating_duration_since(Instant::now()));
-                    if self.finished.load(Ordering::Acquire) {
-                        break;
-                    }
-                    if stop_at.is_some_and(|t| Instant::now() >= t) {
-                        if let Some(s) = Sampler::get() {
-                            s.stop();
-                        }
-                        self.write_outputs(Some(jni), true);
-                        break;
-                    }
-                    if let (Some(d), Some(t)) = (dump, next_dump) {
-                        if Instant::now() >= t {
-                            self.write_outputs(Some(jni), false);
-                            next_dump = Some(t + d);
-                        }
-                    }
-                }
+                self.control_loop(jni, socket.as_ref());
+                drop(socket);
                 vm.detach();
             })
         });
         if let Err(e) = spawned {
-            say(&format!("cannot start the control thread ({e}); duration= and dump= are ignored"));
+            say(&format!("cannot start the control thread ({e}); duration=, dump= and kprof commands are ignored"));
         }
     }
 
-    fn meta(&self) -> Meta {
+    fn control_loop(&self, jni: Jni, socket: Option<&control::ControlSocket>) {
+        while !self.dead.load(Ordering::Acquire) {
+            let (deadline, next_dump) = {
+                let s = lock(&self.session);
+                (s.deadline(), s.next_dump.filter(|_| s.running))
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                guard((), || drop(self.stop_session(Some(jni))));
+                continue;
+            }
+            if let Some(t) = next_dump.filter(|t| now >= *t) {
+                guard((), || drop(self.dump(Some(jni), None)));
+                let mut s = lock(&self.session);
+                let interval = Duration::from_nanos(s.options.dump_ns.max(1));
+                s.next_dump = Some(t + interval).map(|n| if n < now { now + interval } else { n });
+                continue;
+            }
+            let wake = [deadline, next_dump].into_iter().flatten().min();
+            let wait = wake
+                .map_or(Duration::from_millis(500), |w| w.saturating_duration_since(now))
+                .min(Duration::from_millis(500));
+            match socket {
+                Some(sock) => {
+                    if let Some(stream) = sock.accept(wait) {
+                        guard((), || self.serve(jni, &stream));
+                    }
+                }
+                None => std::thread::sleep(wait),
+            }
+        }
+    }
+
+    fn serve(&self, jni: Jni, stream: &std::os::unix::net::UnixStream) {
+        let result = control::read_request(stream).and_then(|request| match request {
+            control::Request::Status => Ok(self.status()),
+            control::Request::Stop => self.stop_session(Some(jni)).map(|files| format!("ok files={}", files.join(","))),
+            control::Request::Dump(text) => {
+                let files = if text.is_empty() {
+                    None
+                } else {
+                    let o = Options::parse(Some(&text)).map_err(|e| e.0)?;
+                    Some(o.files)
+                };
+                self.dump(Some(jni), files).map(|files| format!("ok files={}", files.join(",")))
+            }
+            control::Request::Start(text) => {
+                let options = Options::parse(Some(&text)).map_err(|e| e.0)?;
+                let me: &'static Agent = agent().ok_or("no agent")?;
+                me.start_session(jni, options)
+            }
+        });
+        control::reply(stream, result);
+    }
+
+    fn meta(&self, session: &Session) -> Meta {
+        let o = &session.options;
         let mut meta = Meta {
-            mode: self.options.mode.name().to_string(),
+            mode: o.mode.name().to_string(),
             weight_unit: WeightUnit::CpuNanos,
-            default_metric: Some(self.options.effective_metric()),
-            interval: self.options.interval_ns,
+            default_metric: Some(o.effective_metric()),
+            interval: o.interval_ns,
             jvm: format!(
                 "{} {}",
                 self.jvmti.system_property("java.vm.name").unwrap_or_default(),
                 self.jvmti.system_property("java.vm.version").unwrap_or_default()
             ),
-            start_unix_ms: self.start_unix_ms,
-            duration_ns: self.started.elapsed().as_nanos() as u64,
+            start_unix_ms: session.start_unix_ms,
+            duration_ns: session.started.elapsed().as_nanos() as u64,
             ..Meta::default()
         };
-        if let Some(s) = Sampler::get() {
+        if let Some(s) = session.sampler {
             meta.timer = s.timer.name().to_string();
             let c = &mut meta.counters;
             c.insert("samples".into(), s.stats.samples.load(Ordering::Relaxed));
@@ -351,65 +617,75 @@ impl Agent {
         meta
     }
 
-    /// Resolves and writes every output file. Returns the paths written. With `last`, also prints the
-    /// summary line and makes later calls do nothing.
-    fn write_outputs(&self, jni: Option<Jni>, last: bool) -> Vec<String> {
-        let _g = self.write_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if self.finished.load(Ordering::Acquire) {
-            return Vec::new();
-        }
-        if last {
-            self.finished.store(true, Ordering::Release);
-        }
+    /// Resolves names and writes every file of `job`. Returns the absolute paths written.
+    fn write(&self, jni: Option<Jni>, job: WriteJob) -> Vec<String> {
+        let _g = lock(&self.write_lock);
         let t0 = Instant::now();
-        let meta = self.meta();
         let snapshot = self.cct.snapshot();
-        let names = self.thread_names.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let names = lock(&self.thread_names).clone();
         let profile = {
-            let mut resolver = self.resolver.lock().unwrap_or_else(|e| e.into_inner());
-            resolver.profile(&snapshot, meta, &NameSources { jvmti: self.jvmti, jni, threads: &names })
+            let mut resolver = lock(&self.resolver);
+            resolver.profile(&snapshot, job.meta, &NameSources { jvmti: self.jvmti, jni, threads: &names })
         };
-        let metric = self.options.effective_metric();
         let mut written = Vec::new();
-        for f in &self.options.files {
-            let path = expand_path(&f.path, std::process::id(), self.start_unix_ms / 1000);
-            let bytes = output::render(&profile, f.format, metric);
+        for f in &job.files {
+            let path = expand_path(&f.path, std::process::id(), job.start_secs, job.number);
+            let bytes = output::render(&profile, f.format, job.metric);
             match output::write_atomic(std::path::Path::new(&path), &bytes) {
                 Ok(abs) => written.push(abs.display().to_string()),
                 Err(e) => say(&format!("cannot write {path}: {e}")),
             }
         }
-        if last {
-            self.print_summary(&profile.meta, &written, t0.elapsed());
+        if job.summary {
+            print_summary(&profile.meta, job.interval_ns, &written, t0.elapsed());
         }
         written
     }
 
-    fn print_summary(&self, meta: &Meta, written: &[String], write_time: Duration) {
-        let c = |k: &str| meta.counters.get(k).copied().unwrap_or(0);
-        let samples = c("samples");
-        let usable = if samples > 0 { 100.0 * c("usable_samples") as f64 / samples as f64 } else { 0.0 };
-        let cpu_s = c("sampled_cpu_ns") as f64 / 1e9;
-        let rate = if cpu_s > 0.0 { (samples - c("foreign_thread_samples")) as f64 / cpu_s } else { 0.0 };
-        let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
-        let timer = if meta.timer.is_empty() { "none" } else { meta.timer.as_str() };
-        say(&format!(
-            "mode={} timer={} interval={} samples={} usable={:.1}% recovered={} rate={:.0}/cpu-s cpu={:.2}s dropped={} overflow={} threads={} write_ms={} files={}",
-            meta.mode,
-            timer,
-            format_interval(self.options.interval_ns),
-            samples,
-            usable,
-            c("recovered_samples"),
-            rate,
-            cpu_s,
-            c("dropped_samples"),
-            c("cct_overflow_samples"),
-            c("threads_sampled"),
-            write_time.as_millis(),
-            files
-        ));
+    fn vm_death(&self, jni: Jni) {
+        self.dead.store(true, Ordering::Release);
+        if let Some(p) = self.control_path.get() {
+            let _ = std::fs::remove_file(p);
+        }
+        let ended = lock(&self.session).ended;
+        if !ended {
+            let _ = self.stop_session(Some(jni));
+        }
     }
+}
+
+fn absolute(path: &str) -> String {
+    let p = std::path::Path::new(path);
+    if p.is_absolute() {
+        return path.to_string();
+    }
+    std::env::current_dir().map(|d| d.join(p).display().to_string()).unwrap_or_else(|_| path.to_string())
+}
+
+fn print_summary(meta: &Meta, interval_ns: u64, written: &[String], write_time: Duration) {
+    let c = |k: &str| meta.counters.get(k).copied().unwrap_or(0);
+    let samples = c("samples");
+    let usable = if samples > 0 { 100.0 * c("usable_samples") as f64 / samples as f64 } else { 0.0 };
+    let cpu_s = c("sampled_cpu_ns") as f64 / 1e9;
+    let rate = if cpu_s > 0.0 { (samples - c("foreign_thread_samples")) as f64 / cpu_s } else { 0.0 };
+    let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
+    let timer = if meta.timer.is_empty() { "none" } else { meta.timer.as_str() };
+    say(&format!(
+        "mode={} timer={} interval={} samples={} usable={:.1}% recovered={} rate={:.0}/cpu-s cpu={:.2}s dropped={} overflow={} threads={} write_ms={} files={}",
+        meta.mode,
+        timer,
+        format_interval(interval_ns),
+        samples,
+        usable,
+        c("recovered_samples"),
+        rate,
+        cpu_s,
+        c("dropped_samples"),
+        c("cct_overflow_samples"),
+        c("threads_sampled"),
+        write_time.as_millis(),
+        files
+    ));
 }
 
 fn format_interval(ns: u64) -> String {
@@ -428,11 +704,11 @@ fn agent() -> Option<&'static Agent> {
     AGENT.get().copied()
 }
 
-unsafe extern "C" fn on_vm_init(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, thread: jthread) {
+unsafe extern "C" fn on_vm_init(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thread: jthread) {
     guard((), || {
         if let Some(a) = agent() {
             // SAFETY: the JVM passes the calling thread's JNIEnv.
-            a.vm_init(unsafe { Jni::from_raw(jni) }, thread);
+            a.vm_init(unsafe { Jni::from_raw(jni) });
         }
     })
 }
@@ -440,11 +716,8 @@ unsafe extern "C" fn on_vm_init(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, thread:
 unsafe extern "C" fn on_vm_death(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv) {
     guard((), || {
         if let Some(a) = agent() {
-            if let Some(s) = Sampler::get() {
-                s.stop();
-            }
             // SAFETY: the JVM passes the calling thread's JNIEnv.
-            a.write_outputs(Some(unsafe { Jni::from_raw(jni) }), true);
+            a.vm_death(unsafe { Jni::from_raw(jni) });
         }
     })
 }
@@ -461,7 +734,7 @@ unsafe extern "C" fn on_thread_start(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, th
 unsafe extern "C" fn on_thread_end(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, _thread: jthread) {
     guard((), || {
         if let Some(s) = Sampler::get() {
-            s.unregister(crate::engine::asgct::timer::gettid());
+            s.unregister(gettid());
         }
     })
 }
@@ -485,9 +758,4 @@ unsafe extern "C" fn on_compiled_method_load(
     _map: *const jvmtiAddrLocationMap,
     _compile_info: *const c_void,
 ) {
-}
-
-/// Whether `timer` names a timer the summary may report; used by tests of the summary format.
-pub fn timer_label(t: TimerKind) -> &'static str {
-    t.name()
 }

@@ -166,7 +166,7 @@ impl<'a> ClassFile<'a> {
     /// The parsed `Code` of method `index`, `Ok(None)` for methods without one (abstract, native).
     pub fn method_code(&self, index: usize) -> Result<Option<Code<'a>>> {
         match self.code_attribute(index) {
-            Some(a) => Code::parse(a, self.major_version).map(Some),
+            Some(a) => Code::parse_versioned(a, self.major_version, self.minor_version).map(Some),
             None => Ok(None),
         }
     }

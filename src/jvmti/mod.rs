@@ -257,6 +257,12 @@ impl Jvmti {
         Ok(self.take_string(info.name))
     }
 
+    pub fn current_thread(self) -> JvmtiResult<jthread> {
+        let mut t: jthread = ptr::null_mut();
+        check(call!(self, GetCurrentThread, &mut t))?;
+        Ok(t)
+    }
+
     pub fn all_threads(self) -> JvmtiResult<JvmtiBuf<jthread>> {
         let mut n: jint = 0;
         let mut p: *mut jthread = ptr::null_mut();

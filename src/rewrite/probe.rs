@@ -42,6 +42,11 @@ impl Default for ProbeTransform {
 }
 
 impl ProbeTransform {
+    /// A probe transform with the given block rule and MaxPath.
+    pub fn new(rule: BlockRule, max_path: u32) -> ProbeTransform {
+        ProbeTransform { rule, max_path, ..Default::default() }
+    }
+
     fn refs(&mut self, cp: &mut ConstantPool<'_>) -> Result<Refs, EditError> {
         if let Some(r) = self.refs {
             return Ok(r);

@@ -88,8 +88,9 @@ fn perf_allowed(interval_ns: u64) -> Result<(), String> {
 }
 
 impl Sampler {
-    /// Chooses the timer, installs the signal handler and returns the sampler (not yet sampling any
-    /// thread: see [`Sampler::register`]). `note` receives one line per decision worth reporting
+    /// Chooses the timer, installs the signal handler and returns a new sampler (not yet sampling any
+    /// thread: see [`Sampler::register`]); it replaces a stopped one, which stays allocated for late
+    /// signals. `note` receives one line per decision worth reporting
     /// (a fallback from perf to ctimer, say).
     pub fn start(
         cct: &'static Cct,
@@ -98,9 +99,8 @@ impl Sampler {
         depth: u32,
         note: &mut dyn FnMut(String),
     ) -> Result<&'static Sampler, String> {
-        if let Some(existing) = Sampler::get() {
-            existing.running.store(true, Ordering::Release);
-            return Ok(existing);
+        if Sampler::get().is_some_and(|s| s.is_running()) {
+            return Err("already sampling".into());
         }
         let asgct = find_asgct().ok_or("AsyncGetCallTrace not found in this JVM")?;
         let timer = match asked {
@@ -130,7 +130,10 @@ impl Sampler {
             stats: SamplerStats::default(),
         }));
         SAMPLER.store(sampler as *const Sampler as *mut Sampler, Ordering::Release);
-        install_handler()?;
+        static HANDLER: std::sync::Once = std::sync::Once::new();
+        let mut installed = Ok(());
+        HANDLER.call_once(|| installed = install_handler());
+        installed?;
         if timer == TimerKind::Itimer {
             timer::itimer_set(Some(interval_ns)).map_err(|e| format!("setitimer: {e}"))?;
         }

@@ -1,0 +1,206 @@
+//! The control socket: how `kprof start|stop|dump|status PID` talk to a loaded agent.
+//!
+//! A Unix stream socket at `/tmp/.kprof-<uid>/<pid>.sock` inside the JVM's own mount namespace (uid is
+//! the JVM's effective uid, pid its pid in its own PID namespace). The directory is created 0700 and
+//! checked (a directory, not a symlink, owned by us, no group or other access) before use, so nobody
+//! else can plant or reach the socket; the peer's credentials are checked again on every connection
+//! (`SO_PEERCRED`: our uid or root).
+//!
+//! Protocol: the client writes one line, `COMMAND[ OPTIONS]`, and reads until end of stream. The
+//! reply's last line is `ok[ key=value ...]` or `error MESSAGE`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The directory of the control sockets of user `uid`.
+pub fn socket_dir(uid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/.kprof-{uid}"))
+}
+
+/// The control socket of the JVM with pid `nspid` (in its own namespace) run by `uid`.
+pub fn socket_path(uid: u32, nspid: u32) -> PathBuf {
+    socket_dir(uid).join(format!("{nspid}.sock"))
+}
+
+/// Creates `dir` (mode 0700) or checks that the existing one is a real directory owned by `uid` that
+/// only its owner can use.
+pub fn private_dir(dir: &Path, uid: u32) -> Result<(), String> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.file_type().is_dir() {
+        return Err(format!("{} is not a directory (a symlink?); refusing to use it", dir.display()));
+    }
+    if meta.uid() != uid {
+        return Err(format!("{} belongs to uid {}, not {uid}; refusing to use it", dir.display(), meta.uid()));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} is open to other users (mode {:o}); refusing to use it",
+            dir.display(),
+            meta.permissions().mode() & 0o777
+        ));
+    }
+    Ok(())
+}
+
+/// The listening control socket; the file is removed on drop.
+pub struct ControlSocket {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+impl ControlSocket {
+    /// Binds the socket of this process.
+    pub fn bind() -> Result<ControlSocket, String> {
+        let uid = euid();
+        private_dir(&socket_dir(uid), uid)?;
+        let path = socket_path(uid, std::process::id());
+        // A socket left by an earlier process with the same pid (containers reuse pids): remove it, but
+        // only if it is a socket in our private directory.
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            if meta.file_type().is_socket() {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        let listener = UnixListener::bind(&path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(ControlSocket { listener, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits up to `timeout` for a connection.
+    pub fn accept(&self, timeout: Duration) -> Option<UnixStream> {
+        let mut pfd = libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for a descriptor we own.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n <= 0 {
+            return None;
+        }
+        let (stream, _) = self.listener.accept().ok()?;
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+        Some(stream)
+    }
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The uid of the process at the other end of `stream`.
+pub fn peer_uid(stream: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a ucred of the size we pass.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cred.uid)
+}
+
+/// A parsed request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Request {
+    Start(String),
+    Stop,
+    Dump(String),
+    Status,
+}
+
+/// Reads the request line of a connection, checking who sent it.
+pub fn read_request(stream: &UnixStream) -> Result<Request, String> {
+    match peer_uid(stream) {
+        Some(uid) if uid == euid() || uid == 0 => {}
+        Some(uid) => return Err(format!("permission denied: uid {uid} may not control this JVM")),
+        None => return Err("permission denied: unknown peer".into()),
+    }
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).map_err(|e| format!("reading the request: {e}"))?;
+    parse_request(line.trim_end_matches(['\n', '\r']))
+}
+
+/// Parses `COMMAND[ OPTIONS]`.
+pub fn parse_request(line: &str) -> Result<Request, String> {
+    let (cmd, rest) = line.split_once(' ').unwrap_or((line, ""));
+    let rest = rest.trim().to_string();
+    match cmd {
+        "start" => Ok(Request::Start(rest)),
+        "stop" if rest.is_empty() => Ok(Request::Stop),
+        "dump" => Ok(Request::Dump(rest)),
+        "status" if rest.is_empty() => Ok(Request::Status),
+        "stop" | "status" => Err(format!("'{cmd}' takes no options")),
+        _ => Err(format!("unknown command '{cmd}' (accepted: start, stop, dump, status)")),
+    }
+}
+
+/// Writes the reply (`Ok(text)`: its lines then `ok ...` from the last line; `Err`: `error MESSAGE`).
+pub fn reply(mut stream: &UnixStream, result: Result<String, String>) {
+    let text = match result {
+        Ok(s) if s.starts_with("ok") => format!("{s}\n"),
+        Ok(s) => format!("ok {s}\n"),
+        Err(e) => format!("error {}\n", e.replace('\n', " ")),
+    };
+    let _ = stream.write_all(text.as_bytes());
+    let _ = stream.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse() {
+        assert_eq!(parse_request("status"), Ok(Request::Status));
+        assert_eq!(parse_request("stop"), Ok(Request::Stop));
+        assert_eq!(parse_request("dump"), Ok(Request::Dump(String::new())));
+        assert_eq!(parse_request("dump file=/tmp/x.json"), Ok(Request::Dump("file=/tmp/x.json".into())));
+        assert_eq!(
+            parse_request("start interval=1ms,file=/tmp/a.html"),
+            Ok(Request::Start("interval=1ms,file=/tmp/a.html".into()))
+        );
+        assert!(parse_request("stop now").is_err());
+        assert!(parse_request("reboot").unwrap_err().contains("unknown command 'reboot'"));
+    }
+
+    #[test]
+    fn private_dir_refuses_a_directory_others_can_use() {
+        let dir = std::env::temp_dir().join(format!("kprof-ctl-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        private_dir(&dir, euid()).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(private_dir(&dir, euid()).unwrap_err().contains("open to other users"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let link = std::env::temp_dir().join(format!("kprof-ctl-link-{}", std::process::id()));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/", &link).unwrap();
+        assert!(private_dir(&link, euid()).unwrap_err().contains("not a directory"));
+        std::fs::remove_file(&link).unwrap();
+    }
+}
