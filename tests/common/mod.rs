@@ -211,3 +211,152 @@ pub fn for_each_jdk(f: impl Fn(&Jdk)) {
         }
     }
 }
+
+/// A long-running program whose output is collected line by line as it comes (each stdout line with the
+/// time it arrived); it and `also_kill` are killed when dropped.
+pub struct Background {
+    pub child: std::process::Child,
+    stdout: std::sync::Arc<std::sync::Mutex<Vec<(Instant, String)>>>,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    /// More pids to kill on drop (a JVM inside a PID namespace started through `unshare`).
+    pub also_kill: Vec<u32>,
+}
+
+impl Background {
+    pub fn spawn(mut cmd: Command) -> Background {
+        use std::io::{BufRead, BufReader, Read};
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let stdout = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let lines = stdout.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push((Instant::now(), line));
+            }
+        });
+        let text = stderr.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            let mut err = err;
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                text.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Background { child, stdout, stderr, also_kill: Vec::new() }
+    }
+
+    /// The stdout lines so far, with the time each arrived.
+    pub fn lines(&self) -> Vec<(Instant, String)> {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    pub fn stdout(&self) -> String {
+        self.lines().into_iter().map(|(_, l)| l + "\n").collect()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until a stdout line satisfies `pred`; panics after `limit`.
+    pub fn wait_line(&self, what: &str, limit: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            if let Some((_, l)) = self.lines().into_iter().find(|(_, l)| pred(l)) {
+                return l;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "no line {what} within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                self.stdout(),
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for pid in &self.also_kill {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The effective uid of the tests.
+pub fn euid() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let uids = status.lines().find_map(|l| l.strip_prefix("Uid:")).expect("Uid line");
+    uids.split_whitespace().nth(1).and_then(|u| u.parse().ok()).expect("effective uid")
+}
+
+/// The children of process `pid`.
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    out
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|s| s.lines().find_map(|l| l.strip_prefix("State:")).is_some_and(|st| !st.trim().starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// A command that runs `program` (and its arguments) as pid 1 of a new PID and mount namespace with a
+/// private /tmp (a tmpfs), like a container: `hide` lists directories covered by an empty tmpfs inside,
+/// `user` a numeric uid (and gid) to run as.
+pub fn container(hide: &[&Path], user: Option<u32>, program: &[&str]) -> Command {
+    let mut script = String::from("mount -t tmpfs tmpfs /tmp");
+    for (i, _) in hide.iter().enumerate() {
+        script.push_str(&format!(" && mount -t tmpfs tmpfs \"$KPROF_HIDE_{i}\""));
+    }
+    script.push_str(" && exec \"$@\"");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--mount", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &script, "sh"]);
+    if let Some(uid) = user {
+        cmd.args(["setpriv", &format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups"]);
+    }
+    for (i, dir) in hide.iter().enumerate() {
+        cmd.env(format!("KPROF_HIDE_{i}"), dir);
+    }
+    cmd.args(program);
+    cmd
+}
+
+/// Runs the `kprof` binary at `bin` with `args` (as uid `user` if given), with a time limit.
+pub fn kprof_at(bin: &Path, user: Option<u32>, args: &[&str]) -> Run {
+    let mut cmd = match user {
+        Some(uid) => {
+            let mut c = Command::new("setpriv");
+            c.args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups"]).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    cmd.args(args);
+    run_with_timeout(cmd, Duration::from_secs(120))
+}
+
+/// The median of `values` (NaN if empty).
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}

@@ -15,9 +15,9 @@ use std::time::Duration;
 pub const COMMANDS: &[&str] = &["start", "stop", "dump", "status"];
 
 /// The control socket of the agent in a process of `uid` with pid `nspid` in its own namespace, as a path of
-/// that process's namespace. The agent (`kprof::agent::control::socket_path`) uses the same path.
+/// that process's namespace (the agent's own definition).
 pub fn socket_path(uid: u32, nspid: u32) -> String {
-    format!("/tmp/.kprof-{uid}/{nspid}.sock")
+    crate::agent::control::socket_path(uid, nspid).to_string_lossy().into_owned()
 }
 
 /// A successful reply: the `key=value` pairs of its `ok` line, in order, and any lines before it.

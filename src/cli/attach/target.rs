@@ -215,7 +215,7 @@ pub fn split_java_command(cmdline: &[String]) -> (&[String], &[String]) {
         let a = cmdline[i].as_str();
         if OPTIONS_WITH_VALUE.contains(&a) {
             i += 2;
-        } else if a == "-jar" || a == "-m" || a == "--module" || !a.starts_with('-') {
+        } else if a == "-jar" || a == "-m" || a == "--module" || !(a.starts_with('-') || a.starts_with('@')) {
             break;
         } else {
             i += 1;
@@ -238,20 +238,34 @@ pub fn bool_flag(options: &[String], flag: &str) -> Option<bool> {
 }
 
 impl Target {
-    /// The JVM options in effect as far as they can be seen from outside: JAVA_TOOL_OPTIONS, then the
-    /// command line's JVM options, then _JAVA_OPTIONS (HotSpot's order; the last setting of a flag wins).
-    /// Flags from `-XX:Flags=` or `-XX:VMOptionsFile=` files are not followed.
+    /// The JVM options in effect as far as they can be seen from outside, in HotSpot's order (the last
+    /// setting of a flag wins): JAVA_TOOL_OPTIONS, then the launcher's JDK_JAVA_OPTIONS and the command
+    /// line's JVM options (with `@argfiles` read), then _JAVA_OPTIONS. Flags from `-XX:Flags=` or
+    /// `-XX:VMOptionsFile=` files are not followed: the counters file is the authority where it exists.
     pub fn jvm_options(&self) -> Vec<String> {
+        let words = |v: Option<String>| v.map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>());
         let cmdline = self.cmdline();
-        let mut all: Vec<String> = self
-            .env("JAVA_TOOL_OPTIONS")
-            .map(|v| v.split_whitespace().map(str::to_string).collect())
-            .unwrap_or_default();
-        all.extend(split_java_command(&cmdline).0.iter().cloned());
-        if let Some(v) = self.env("_JAVA_OPTIONS") {
-            all.extend(v.split_whitespace().map(str::to_string));
+        let mut all: Vec<String> = words(self.env("JAVA_TOOL_OPTIONS")).unwrap_or_default();
+        all.extend(words(self.env("JDK_JAVA_OPTIONS")).unwrap_or_default());
+        for option in split_java_command(&cmdline).0 {
+            match option.strip_prefix('@') {
+                Some(file) => all.extend(self.argfile(file).into_iter().filter(|w| w.starts_with('-'))),
+                None => all.push(option.clone()),
+            }
         }
+        all.extend(words(self.env("_JAVA_OPTIONS")).unwrap_or_default());
         all
+    }
+
+    /// The words of a launcher `@argfile` (relative to the process's working directory), quotes removed.
+    fn argfile(&self, file: &str) -> Vec<String> {
+        let path = if file.starts_with('/') { self.in_root(file) } else { self.cwd_dir().join(file) };
+        let text = fs::read_to_string(path).unwrap_or_default();
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .flat_map(|l| l.split_whitespace())
+            .map(|w| w.trim_matches(|c| c == '"' || c == '\'').to_string())
+            .collect()
     }
 
     /// A short description of the program: the main class and arguments from the counters file, else from
@@ -304,9 +318,9 @@ SigIgn:\t0000000000000000\nSigCgt:\t2000000181005ccf\n";
 
     #[test]
     fn java_command_lines_split_at_the_main_class() {
-        let cmd = args("java -cp a:b -Xrs -XX:+DisableAttachMechanism app.Main -XX:-DisableAttachMechanism");
+        let cmd = args("java -cp a:b -Xrs @more -XX:+DisableAttachMechanism app.Main -XX:-DisableAttachMechanism");
         let (opts, program) = split_java_command(&cmd);
-        assert_eq!(opts, &args("-cp a:b -Xrs -XX:+DisableAttachMechanism")[..]);
+        assert_eq!(opts, &args("-cp a:b -Xrs @more -XX:+DisableAttachMechanism")[..]);
         assert_eq!(program, &args("app.Main -XX:-DisableAttachMechanism")[..]);
         assert_eq!(bool_flag(opts, "DisableAttachMechanism"), Some(true));
         let jar = args("java -XX:+DisableAttachMechanism -XX:-DisableAttachMechanism -jar app.jar -Xrs");

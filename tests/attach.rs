@@ -1,0 +1,378 @@
+//! Sidecar profiling on real JVMs (every JDK under /usr/lib/jvm): `kprof attach` from outside into a JVM
+//! that runs as another user in its own PID and mount namespace with a private /tmp, `dump` while it
+//! runs, `stop`, and the service's throughput before, during and after; and the targets kprof must refuse
+//! (not a JVM, another user's JVM, -XX:+DisableAttachMechanism, -Xrs, bad options) with one line, a
+//! non-zero status and the target unharmed. Needs root (unshare, setpriv).
+
+mod common;
+
+use common::*;
+use kprof::output::read_profile;
+use kprof::profile::{Metric, Profile};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const SERVICE: &str = "kprof.harness.Service";
+const NOBODY: u32 = 65534;
+
+fn require_root() {
+    assert_eq!(euid(), 0, "the attach tests need root (unshare, setpriv)");
+}
+
+/// One 500 ms throughput report of the Service: when it arrived, requests per CPU-second of the worker
+/// and per wall-clock second.
+struct Rate {
+    at: Instant,
+    cpu: f64,
+    wall: f64,
+}
+
+fn rates(service: &Background) -> Vec<Rate> {
+    service
+        .lines()
+        .into_iter()
+        .filter(|(_, l)| l.starts_with("service: t_ms="))
+        .map(|(at, l)| {
+            let kv = program_line(&l, "service:");
+            Rate { at, cpu: kv["ops_per_cpu_s"].parse().unwrap(), wall: kv["ops_per_s"].parse().unwrap() }
+        })
+        .collect()
+}
+
+/// Median rates (per CPU-second, per second) of the reports whose whole period lies in [from, to].
+fn rate_between(service: &Background, from: Instant, to: Instant) -> (f64, f64, usize) {
+    let period = Duration::from_millis(520);
+    let inside: Vec<Rate> = rates(service).into_iter().filter(|r| r.at >= from + period && r.at <= to).collect();
+    let cpu: Vec<f64> = inside.iter().map(|r| r.cpu).collect();
+    let wall: Vec<f64> = inside.iter().map(|r| r.wall).collect();
+    (median(&cpu), median(&wall), inside.len())
+}
+
+/// Waits until the service has printed reports for `until` after its start.
+fn wait_reports(service: &Background, until: Duration) {
+    let ms = until.as_millis() as u64;
+    service.wait_line(&format!("with t_ms >= {ms}"), until + Duration::from_secs(60), |l| {
+        l.strip_prefix("service: t_ms=")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|t| t.parse::<u64>().ok())
+            .is_some_and(|t| t >= ms)
+    });
+}
+
+/// The `key=value` line kprof prints on success.
+fn fields(run: &Run) -> BTreeMap<String, String> {
+    run.assert_ok();
+    let line =
+        run.stdout.lines().find(|l| l.starts_with("pid=")).unwrap_or_else(|| panic!("no result line:\n{}", run.stdout));
+    line.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn files(f: &BTreeMap<String, String>) -> Vec<PathBuf> {
+    f.get("files").map(|v| v.split(',').map(PathBuf::from).collect()).unwrap_or_default()
+}
+
+/// Asserts a refusal: non-zero status, nothing on stdout, exactly one line on stderr that contains
+/// `needle`. Returns the line.
+fn one_line_error(run: &Run, needle: &str) -> String {
+    assert!(!run.status.success(), "expected a failure, got success:\n{}", run.stdout);
+    assert_eq!(run.stdout, "", "stdout of a refusal");
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected on stderr, got:\n{}", run.stderr);
+    assert!(lines[0].starts_with("kprof: ") && lines[0].contains(needle), "'{needle}' expected in: {}", lines[0]);
+    lines[0].to_string()
+}
+
+/// A valid profile of the Service: parses, has samples, shows the request handler.
+fn check_profile(path: &Path) -> Profile {
+    let profile = read_profile(path).unwrap_or_else(|e| panic!("{e}"));
+    let total = profile.totals(Metric::Samples)[0];
+    assert!(total > 0, "{}: no samples", path.display());
+    assert!(
+        profile.frames.iter().any(|f| f.display_name().contains("kprof.harness.Service.handle(")),
+        "{}: no Service.handle frame",
+        path.display()
+    );
+    profile
+}
+
+fn samples(profile: &Profile) -> u64 {
+    profile.totals(Metric::Samples)[0]
+}
+
+/// Starts `java [jvm_args] -cp harness Service` (as a plain child, in this namespace) and waits until it
+/// reports.
+fn start_service(jdk: &Jdk, jvm_args: &[&str], env: &[(&str, &str)]) -> (Background, u32) {
+    let mut cmd = Command::new(jdk.java());
+    cmd.args(jvm_args).arg("-cp").arg(harness_classes()).arg(SERVICE);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let service = Background::spawn(cmd);
+    let pid = service.child.id();
+    wait_reports(&service, Duration::from_millis(500));
+    (service, pid)
+}
+
+/// The Service prints a report after `since`: it still runs.
+fn assert_still_reporting(service: &Background, pid: u32, since: Instant) {
+    assert!(alive(pid), "pid {pid} died\nstderr:\n{}", service.stderr());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !rates(service).iter().any(|r| r.at > since) {
+        assert!(Instant::now() < deadline, "pid {pid} stopped reporting\nstderr:\n{}", service.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn attach_into_a_container_dump_stop_and_the_service_keeps_its_speed() {
+    require_root();
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("attach-container-{}", jdk.label()));
+        // kprof and its library in a directory the container covers with an empty tmpfs: the target
+        // cannot see the library there, so kprof must copy it in.
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(kprof_bin(), bin.join("kprof")).unwrap();
+        std::fs::copy(agent_lib(), bin.join("libkprof.so")).unwrap();
+        let kprof = bin.join("kprof");
+        let out = dir.join("out");
+
+        let classes = harness_classes();
+        let java = jdk.java();
+        let program = [java.to_str().unwrap(), "-cp", classes.to_str().unwrap(), SERVICE];
+        let mut service = Background::spawn(container(&[&bin], Some(NOBODY), &program));
+        service.wait_line("'service: started'", Duration::from_secs(60), |l| l.starts_with("service: started"));
+        let pid = *children(service.child.id()).first().expect("the JVM in the container");
+        service.also_kill.push(pid);
+
+        // `kprof list` sees it, with its pid inside the container.
+        let list = kprof_at(&kprof, None, &["list"]);
+        list.assert_ok();
+        let row = list
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(&pid.to_string()))
+            .unwrap_or_else(|| panic!("pid {pid} not listed:\n{}", list.stdout));
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!((cols[1], cols[2], cols[3]), ("1", "nobody", "-"), "{row}");
+        assert!(row.contains(SERVICE), "{row}");
+
+        // Baseline: the warmed-up service without kprof.
+        wait_reports(&service, Duration::from_secs(6));
+        let baseline_end = Instant::now();
+        let (before, before_wall, n_before) =
+            rate_between(&service, baseline_end - Duration::from_millis(3100), baseline_end);
+        assert!(n_before >= 4, "too few baseline reports: {n_before}");
+
+        // Attach, then poll status until the first sample.
+        let t0 = Instant::now();
+        let opts = "mode=asgct,interval=1ms,file=/tmp/svc-%n.collapsed,file=/tmp/svc-%n.json";
+        let attach = kprof_at(&kprof, None, &["attach", &pid.to_string(), opts]);
+        let attach_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let f = fields(&attach);
+        assert_eq!((f["pid"].as_str(), f["nspid"].as_str(), f["user"].as_str()), (&*pid.to_string(), "1", "nobody"));
+        assert_eq!((f["state"].as_str(), f["mode"].as_str(), f["interval"].as_str()), ("running", "asgct", "1ms"));
+        let root = format!("/proc/{pid}/root/tmp/");
+        assert!(files(&f).iter().all(|p| p.starts_with(&root)), "paths readable from outside expected: {f:?}");
+        let first_sample_ms = loop {
+            let status = fields(&kprof_at(&kprof, None, &["status", &pid.to_string()]));
+            if status["samples"].parse::<u64>().unwrap() > 0 {
+                break t0.elapsed().as_secs_f64() * 1e3;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "no sample 5 s after attach: {status:?}");
+        };
+        let attached = Instant::now();
+
+        // The library was copied into the container's /tmp, privately, as the target's user; the attach
+        // trigger file is gone.
+        let private = PathBuf::from(format!("/proc/{pid}/root/tmp/.kprof-{NOBODY}"));
+        let meta = std::fs::symlink_metadata(&private).unwrap();
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        assert_eq!((meta.uid(), meta.permissions().mode() & 0o777), (NOBODY, 0o700));
+        let copies: Vec<_> = std::fs::read_dir(&private)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("libkprof-"))
+            .collect();
+        assert_eq!(copies.len(), 1, "one copy of the library expected");
+        assert_eq!(copies[0].metadata().unwrap().uid(), NOBODY);
+        for trigger in [format!("/proc/{pid}/cwd/.attach_pid1"), format!("/proc/{pid}/root/tmp/.attach_pid1")] {
+            assert!(!Path::new(&trigger).exists(), "{trigger} left behind");
+        }
+
+        // Two dumps while it runs: each a valid profile, the second with more samples.
+        let mut last = 0;
+        for _ in 0..2 {
+            std::thread::sleep(Duration::from_millis(1500));
+            let t = Instant::now();
+            let dump = fields(&kprof_at(&kprof, None, &["dump", &pid.to_string()]));
+            let dump_ms = t.elapsed().as_secs_f64() * 1e3;
+            let written = files(&dump);
+            assert_eq!(written.len(), 2, "{dump:?}");
+            for file in &written {
+                let n = samples(&check_profile(file));
+                assert!(n > last, "{}: {n} samples, not more than the previous dump's {last}", file.display());
+            }
+            last = samples(&check_profile(&written[0]));
+            eprintln!("{}: dump in {dump_ms:.0} ms, {last} samples", jdk.label());
+        }
+
+        // Stop, copying the files out.
+        let stop_at = Instant::now();
+        let stop = fields(&kprof_at(&kprof, None, &["stop", &pid.to_string(), "--copy-to", out.to_str().unwrap()]));
+        let copied = files(&stop);
+        assert_eq!(copied.len(), 2, "{stop:?}");
+        for file in &copied {
+            assert!(file.starts_with(&out), "{} not in {}", file.display(), out.display());
+            assert!(samples(&check_profile(file)) >= last);
+        }
+        let (during, during_wall, n_during) = rate_between(&service, attached, stop_at);
+        let status = fields(&kprof_at(&kprof, None, &["status", &pid.to_string()]));
+        assert_eq!(status["state"], "stopped", "{status:?}");
+
+        // After stop: the same speed as before kprof came.
+        std::thread::sleep(Duration::from_millis(5000));
+        let (after, after_wall, n_after) = rate_between(&service, stop_at + Duration::from_secs(1), Instant::now());
+        assert!(n_after >= 6, "too few reports after stop: {n_after}");
+        assert_still_reporting(&service, pid, stop_at + Duration::from_secs(4));
+        eprintln!(
+            "{}: attach {attach_ms:.0} ms, first sample {first_sample_ms:.0} ms after the attach command started; \
+             requests per CPU-second before {before:.0}, during {during:.0} ({n_during} reports), after stop {after:.0} \
+             (after/before {:.3}); per second {before_wall:.0} / {during_wall:.0} / {after_wall:.0}",
+            jdk.label(),
+            after / before
+        );
+        assert!(first_sample_ms < 1000.0, "attach to first sample took {first_sample_ms:.0} ms");
+        assert!(
+            after >= 0.90 * before,
+            "after stop the service runs at {after:.0} requests per CPU-second, below 90% of its {before:.0} before"
+        );
+
+        // A new session in the same agent, then `attach` again: the loaded agent treats it as `start`.
+        let start =
+            fields(&kprof_at(&kprof, None, &["start", &pid.to_string(), "interval=10ms,file=/tmp/second.collapsed"]));
+        assert_eq!((start["state"].as_str(), start["interval"].as_str()), ("running", "10ms"), "{start:?}");
+        let again =
+            fields(&kprof_at(&kprof, None, &["attach", &pid.to_string(), "interval=1ms,file=/tmp/third.collapsed"]));
+        assert_eq!((again["state"].as_str(), again["interval"].as_str()), ("running", "1ms"), "{again:?}");
+        std::thread::sleep(Duration::from_millis(500));
+        let third = fields(&kprof_at(&kprof, None, &["stop", &pid.to_string()]));
+        assert_eq!(files(&third), vec![PathBuf::from(format!("/proc/{pid}/root/tmp/third.collapsed"))]);
+        check_profile(&files(&third)[0]);
+        assert_still_reporting(&service, pid, Instant::now());
+
+        // The copies outlive the target.
+        drop(service);
+        for file in &copied {
+            check_profile(file);
+        }
+    });
+}
+
+#[test]
+fn a_process_that_is_not_a_jvm_is_refused_and_never_signalled() {
+    let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    std::thread::sleep(Duration::from_millis(100));
+    for args in [vec!["attach", &pid, "interval=1ms"], vec!["attach", &pid]] {
+        let run = kprof_at(&kprof_bin(), None, &args);
+        one_line_error(&run, "is not a JVM");
+    }
+    let status = kprof_at(&kprof_bin(), None, &["status", &pid]);
+    one_line_error(&status, "no kprof agent");
+    assert!(sleeper.try_wait().unwrap().is_none(), "sleep died");
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+
+    // A pid that does not exist, and one that is not a number.
+    one_line_error(&kprof_at(&kprof_bin(), None, &["attach", "999999999"]), "no process with pid 999999999");
+    let bad = kprof_at(&kprof_bin(), None, &["attach", "nope"]);
+    assert_eq!(bad.status.code(), Some(2));
+    one_line_error(&bad, "'nope' is not a pid");
+}
+
+#[test]
+fn another_users_jvm_and_bad_options_are_refused_with_the_target_unharmed() {
+    require_root();
+    for_each_jdk(|jdk| {
+        let (service, pid) = start_service(jdk, &[], &[]);
+        let p = pid.to_string();
+        let socket = PathBuf::from(format!("/tmp/.java_pid{pid}"));
+        let since = Instant::now();
+
+        // Bad options: refused before the target is touched (no attach listener was started).
+        let bad = kprof_at(&kprof_bin(), None, &["attach", &p, "interval=1ms,mode=bogus"]);
+        assert_eq!(bad.status.code(), Some(2));
+        one_line_error(&bad, "bad option 'mode=bogus'");
+        assert!(!socket.exists(), "bad options reached the target");
+
+        // No agent loaded yet.
+        one_line_error(&kprof_at(&kprof_bin(), None, &["stop", &p]), "no kprof agent");
+
+        // kprof as nobody against root's JVM.
+        for args in [vec!["attach", &p, "interval=1ms"], vec!["status", &p], vec!["stop", &p]] {
+            let run = kprof_at(&kprof_bin(), Some(NOBODY), &args);
+            one_line_error(&run, "only the process's user or root may attach");
+        }
+        assert!(!socket.exists(), "kprof signalled another user's JVM");
+        assert_still_reporting(&service, pid, since);
+        assert!(!service.stdout().contains("Full thread dump"), "the JVM got SIGQUIT");
+
+        // Unharmed: the same JVM takes an attach from its own user (root, in this namespace: no copy).
+        let f =
+            fields(&kprof_at(&kprof_bin(), None, &["attach", &p, "interval=1ms,file=/tmp/kprof-test-%p.collapsed"]));
+        assert_eq!(f["state"], "running");
+        std::thread::sleep(Duration::from_millis(300));
+        let stop = fields(&kprof_at(&kprof_bin(), None, &["stop", &p]));
+        let written = files(&stop);
+        assert_eq!(written, vec![PathBuf::from(format!("/tmp/kprof-test-{pid}.collapsed"))]);
+        check_profile(&written[0]);
+        let _ = std::fs::remove_file(&written[0]);
+        assert!(!service.stdout().contains("Full thread dump"), "the JVM printed a thread dump");
+        if jdk.version >= 21 {
+            assert!(service.stderr().contains("A JVM TI agent has been loaded dynamically"), "{}", service.stderr());
+        }
+    });
+}
+
+#[test]
+fn jvms_that_cannot_be_attached_are_refused_and_never_signalled() {
+    require_root();
+    for_each_jdk(|jdk| {
+        let argfile = scratch(&format!("argfile-{}", jdk.label())).join("jvm.args");
+        std::fs::write(&argfile, "-XX:+DisableAttachMechanism\n").unwrap();
+        let at_argfile = format!("@{}", argfile.display());
+        // (what, JVM options, environment, what the refusal names)
+        type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+        let cases: Vec<Case> = vec![
+            ("flag", vec!["-XX:+DisableAttachMechanism"], vec![], "DisableAttachMechanism"),
+            (
+                "JAVA_TOOL_OPTIONS, no counters file",
+                vec!["-XX:-UsePerfData"],
+                vec![("JAVA_TOOL_OPTIONS", "-XX:+DisableAttachMechanism")],
+                "DisableAttachMechanism",
+            ),
+            ("@argfile, no counters file", vec!["-XX:-UsePerfData", &at_argfile], vec![], "DisableAttachMechanism"),
+            ("-Xrs", vec!["-Xrs"], vec![], "-Xrs"),
+        ];
+        for (what, jvm_args, env, needle) in cases {
+            let (service, pid) = start_service(jdk, &jvm_args, &env);
+            let p = pid.to_string();
+            if what == "-Xrs" {
+                // With -Xrs HotSpot starts its listener at start-up (it cannot be signalled later). Once its
+                // socket is gone, SIGQUIT would kill the JVM: kprof must refuse.
+                let _ = std::fs::remove_file(format!("/tmp/.java_pid{pid}"));
+            }
+            let since = Instant::now();
+            let run = kprof_at(&kprof_bin(), None, &["attach", &p, "interval=1ms"]);
+            let line = one_line_error(&run, needle);
+            assert!(line.contains("not signalled"), "{what}: {line}");
+            std::thread::sleep(Duration::from_millis(300));
+            assert_still_reporting(&service, pid, since);
+            assert!(!service.stdout().contains("Full thread dump"), "{what}: the JVM got SIGQUIT");
+            eprintln!("{} {what}: {line}", jdk.label());
+        }
+    });
+}
