@@ -376,3 +376,41 @@ fn jvms_that_cannot_be_attached_are_refused_and_never_signalled() {
         }
     });
 }
+
+#[test]
+fn a_planted_private_directory_in_the_targets_tmp_is_refused() {
+    require_root();
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("attach-planted-{}", jdk.label()));
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(kprof_bin(), bin.join("kprof")).unwrap();
+        std::fs::copy(agent_lib(), bin.join("libkprof.so")).unwrap();
+        let kprof = bin.join("kprof");
+        let classes = harness_classes();
+        let java = jdk.java();
+        let program = [java.to_str().unwrap(), "-cp", classes.to_str().unwrap(), SERVICE];
+        let mut service = Background::spawn(container(&[&bin], Some(NOBODY), &program));
+        service.wait_line("'service: started'", Duration::from_secs(60), |l| l.starts_with("service: started"));
+        let pid = *children(service.child.id()).first().expect("the JVM in the container");
+        service.also_kill.push(pid);
+        let private = PathBuf::from(format!("/proc/{pid}/root/tmp/.kprof-{NOBODY}"));
+        let p = pid.to_string();
+
+        // A symbolic link where the private directory goes: never followed.
+        let victim = dir.join("victim");
+        std::fs::create_dir_all(&victim).unwrap();
+        std::os::unix::fs::symlink(&victim, &private).unwrap();
+        let run = kprof_at(&kprof, None, &["attach", &p, "interval=1ms"]);
+        one_line_error(&run, "symbolic link");
+        assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0, "kprof wrote through the link");
+
+        // A directory of another user: refused.
+        std::fs::remove_file(&private).unwrap();
+        std::fs::create_dir(&private).unwrap();
+        let run = kprof_at(&kprof, None, &["attach", &p, "interval=1ms"]);
+        one_line_error(&run, "belongs to uid 0");
+        assert_still_reporting(&service, pid, Instant::now());
+        assert!(!service.stdout().contains("Full thread dump"), "the JVM got SIGQUIT");
+    });
+}
