@@ -26,7 +26,8 @@ usage: kprof rewrite [--roundtrip] [--mode MODE] [--out DIR] [--budget N] [--pol
                    given alone
   --out DIR        write each rewritten class at its package path under DIR, with kprof's runtime classes
   --budget N       leave alone methods whose code would cross N bytes (default 8000, HotSpot's HugeMethodLimit)
-  --policy P       minimal (default: skip only kprof's own classes) or agent (the agent's skip list)
+  --policy P       minimal (default: skip only what must never change: kprof's own classes, Object.<init>,
+                   empty finalize methods) or agent (the agent's skip list, DESIGN §4)
   --quiet          print only the summary";
 
 /// The runtime helper classes that rewritten code calls, as built into kprof.
@@ -168,12 +169,19 @@ fn run(o: &Options) -> Result<bool, String> {
                         println!("MALFORMED {source}!{entry}: {e}");
                     }
                 }
-                if let (Some(dir), Ok(_)) = (&o.out, &r) {
-                    let name = ClassFile::parse(data)
-                        .ok()
-                        .and_then(|c| c.name().ok().map(|n| String::from_utf8_lossy(n).into_owned()))
-                        .unwrap_or_else(|| entry.trim_end_matches(".class").to_string());
-                    write_file(&dir.join(output_path(entry, &name)), &out)?;
+                if let Some(dir) = &o.out {
+                    // A class the engine cannot read is written as it was (the agent would leave it alone).
+                    let (bytes, name) = match &r {
+                        Ok(_) => (
+                            &out[..],
+                            ClassFile::parse(data)
+                                .ok()
+                                .and_then(|c| c.name().ok().map(|n| String::from_utf8_lossy(n).into_owned())),
+                        ),
+                        Err(_) => (data, None),
+                    };
+                    let name = name.unwrap_or_else(|| entry.trim_end_matches(".class").to_string());
+                    write_file(&dir.join(output_path(entry, &name)), bytes)?;
                 }
             }
             Ok(())

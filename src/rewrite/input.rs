@@ -142,7 +142,7 @@ pub fn for_each_class(input: &Path, f: &mut ClassVisitor<'_>) -> Result<(), Stri
         return Ok(());
     }
     let data = std::fs::read(input).map_err(|e| format!("{}: {e}", input.display()))?;
-    if data.starts_with(&[0xCA, 0xFE, 0xBA, 0xBE]) {
+    if data.starts_with(&[0xCA, 0xFE, 0xBA, 0xBE]) || input.extension().is_some_and(|e| e == "class") {
         let name = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         return f(&name, &data);
     }
