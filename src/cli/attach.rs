@@ -58,7 +58,9 @@ fn finish(result: Result<(), Failure>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(f) => {
-            eprintln!("kprof: {}", f.message);
+            if !f.message.is_empty() {
+                eprintln!("kprof: {}", f.message);
+            }
             f.status
         }
     }
@@ -75,6 +77,10 @@ struct Args {
 }
 
 fn parse_args(args: &[String], allowed: &[&str]) -> Result<Args, Failure> {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return Err(Failure { message: String::new(), status: 0 });
+    }
     let mut out = Args::default();
     let mut pid = None;
     let mut i = 0;
@@ -161,8 +167,8 @@ fn check_signal_safe(target: &Target, pidfd: &OwnedFd) -> Result<(), String> {
     }
     if options.iter().any(|o| o == "-Xrs") || target::bool_flag(&options, "ReduceSignalUsage") == Some(true) {
         return Err(format!(
-            "pid {pid} is a JVM started with -Xrs (ReduceSignalUsage): it has no attach listener and SIGQUIT would \
-             kill it; not signalled"
+            "pid {pid} is a JVM started with -Xrs (ReduceSignalUsage) and its attach listener is not up: SIGQUIT \
+             would kill it; not signalled"
         ));
     }
     if perf.as_ref().and_then(|p| p.started()) == Some(false) {
@@ -187,7 +193,7 @@ fn validate_options(text: &str) -> Result<(), Failure> {
         Options::parse(Some(text)).map_err(|e| usage_error(e.to_string().trim_start_matches("kprof: ").to_string()))?;
     if parsed.help {
         println!("{}", crate::options::help_text());
-        return Err(Failure { message: "help printed; nothing sent".into(), status: 0 });
+        return Err(Failure { message: String::new(), status: 0 });
     }
     Ok(())
 }
@@ -333,13 +339,23 @@ fn control_command(command: &str, args: &[String]) -> Result<(), Failure> {
     let line = if options.is_empty() { command.to_string() } else { format!("{command} {options}") };
     let reply = creds::run_as(prepared.act_as.as_ref(), || control::send(&prepared.target, &line, REPLY_TIMEOUT))
         .map_err(|e| fail(format!("{command}: {e}")))?;
-    let files = readable_files(&prepared, &reply, a.copy_to.as_deref())?;
-    print_reply(&prepared.target, &reply, &files);
+    match readable_files(&prepared, &reply, a.copy_to.as_deref()) {
+        Ok(files) => print_reply(&prepared.target, &reply, &files),
+        Err(copy_failed) => {
+            // The command itself succeeded: say where the files are before reporting the failed copy.
+            print_reply(&prepared.target, &reply, &readable_files(&prepared, &reply, None)?);
+            return Err(copy_failed);
+        }
+    }
     Ok(())
 }
 
 /// `kprof list`: the JVMs this process can see.
 pub fn list_main(args: &[String]) -> i32 {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return 0;
+    }
     if let Some(a) = args.first() {
         return finish(Err(usage_error(format!("list takes no arguments, got '{a}'"))));
     }

@@ -58,6 +58,9 @@ impl Target {
             io::ErrorKind::NotFound => format!("no process with pid {pid}"),
             _ => format!("cannot read /proc/{pid}/status: {e}"),
         })?;
+        if let Some(tgid) = field(&status, "Tgid").and_then(|t| t.parse::<u32>().ok()).filter(|&t| t != pid) {
+            return Err(format!("{pid} is a thread of process {tgid}, not a process"));
+        }
         Self::from_status(pid, &status).ok_or_else(|| format!("cannot parse /proc/{pid}/status"))
     }
 
