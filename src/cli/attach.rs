@@ -267,14 +267,15 @@ fn attach(args: &[String]) -> Result<(), Failure> {
     let options = a.options.clone().unwrap_or_default();
     validate_options(&options)?;
     let lib = library::AgentLibrary::locate(a.lib.as_deref()).map_err(fail)?;
+    // The pidfd comes first: what /proc shows afterwards belongs to the process behind it as long as that
+    // process is still alive after the checks (a recycled pid would leave the pidfd reporting the exit).
+    let pidfd = sys::pidfd_open(a.pid);
     let prepared = prepare(a.pid)?;
     let target = &prepared.target;
-    let pidfd = sys::pidfd_open(a.pid).map_err(|e| match e.raw_os_error() {
+    let pidfd = pidfd.map_err(|e| match e.raw_os_error() {
         Some(libc::ESRCH) => fail(format!("no process with pid {}", a.pid)),
         _ => fail(format!("cannot open pid {}: {e}", a.pid)),
     })?;
-    // What /proc showed belongs to the process behind `pidfd` as long as that process is still alive
-    // after the checks: a recycled pid would leave the pidfd reporting the old process's exit.
     let signal_safe = check_signal_safe(target, &pidfd);
     if sys::pidfd_exited(&pidfd) {
         return Err(fail(format!("pid {} exited", a.pid)));
