@@ -434,3 +434,40 @@ fn a_planted_private_directory_in_the_targets_tmp_is_refused() {
         assert!(!service.stdout().contains("Full thread dump"), "the JVM got SIGQUIT");
     });
 }
+
+#[test]
+fn attach_with_duration_and_dump_writes_snapshots_and_stops_by_itself() {
+    require_root();
+    for_each_jdk(|jdk| {
+        let (service, pid) = start_service(jdk, &[], &[]);
+        let p = pid.to_string();
+        let dir = scratch(&format!("attach-duration-{}", jdk.label()));
+        let pattern = dir.join("snap-%n.collapsed");
+        let opts = format!("interval=1ms,duration=2s,dump=500ms,file={}", pattern.display());
+        let started = Instant::now();
+        let f = fields(&kprof_at(&kprof_bin(), None, &["attach", &p, &opts]));
+        assert_eq!(f["state"], "running");
+        loop {
+            let status = fields(&kprof_at(&kprof_bin(), None, &["status", &p]));
+            if status["state"] == "stopped" {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "still running 10 s after duration=2s: {status:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(1900), "stopped after {elapsed:?}, before duration=2s");
+        // Snapshots every 500 ms, then the final write: files 1, 2, 3, ... each a valid profile with at least
+        // the samples of the one before.
+        let mut n = 0;
+        let mut last = 0;
+        while dir.join(format!("snap-{}.collapsed", n + 1)).exists() {
+            n += 1;
+            let count = samples(&check_profile(&dir.join(format!("snap-{n}.collapsed"))));
+            assert!(count >= last, "snapshot {n}: {count} samples after {last}");
+            last = count;
+        }
+        assert!(n >= 3, "{n} snapshots in {}", dir.display());
+        assert_still_reporting(&service, pid, Instant::now());
+    });
+}

@@ -29,9 +29,9 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
 pub const USAGE: &str = "\
 usage: kprof list
        kprof attach PID [OPTIONS] [--lib PATH] [--timeout SECONDS]
-       kprof start PID [OPTIONS]
+       kprof start PID OPTIONS
        kprof stop PID [--copy-to DIR]
-       kprof dump PID [file=PATH...] [--copy-to DIR]
+       kprof dump PID [file=PATH,...] [--copy-to DIR]
        kprof status PID
 
 PID is the process id as seen from where kprof runs; the JVM may run in another PID and mount namespace.
