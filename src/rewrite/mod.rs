@@ -5,7 +5,9 @@
 //! remaining method through a [`CodeEditor`], and writes the class. Every method left alone is counted by
 //! [`SkipReason`] in [`RewriteStats`].
 
+pub mod bytecode;
 pub mod input;
+pub mod methods;
 pub mod policy;
 pub mod probe;
 

@@ -1,0 +1,283 @@
+package kprof.runtime;
+
+import jdk.internal.vm.annotation.DontInline;
+import jdk.internal.vm.annotation.ForceInline;
+
+/**
+ * The helpers that bytecode-mode rewriting calls (Komorium's bytecode-count sampling, on a native agent).
+ * A rewritten method does, in this order:
+ *
+ * <pre>
+ *   prologue:            ldc ID; invokestatic Bc.enter(I)T; astore T; aload T; invokestatic Bc.depth(T)I; istore D
+ *   each basic block:    aload T; iload D; ldc N; invokestatic Bc.count(TII)V   (or Bc.check: count, then sample when due)
+ *   before each call:    aload T; iload D; ldc BCI; invokestatic Bc.call(TII)V
+ *   before each return:  aload T; iload D; invokestatic Bc.exit(TI)V
+ *   leaf methods:        Bc.enterLeaf()T in the prologue, Bc.countLeaf(TI)V and Bc.checkLeaf(TIII)V (with ID)
+ *                        in blocks, nothing at returns: they never move the depth
+ * </pre>
+ *
+ * where ID is the method's id, N the block's bytecode count, BCI the call's offset in the original
+ * method, T and D two new locals (the thread's state and this invocation's depth in the reified stack).
+ * The stack is kept without instrumenting exits: each invocation records its depth in D and re-asserts
+ * {@code sp = D + 1} at every block and call, so exceptions and callbacks from native code cannot leave
+ * it wrong.
+ *
+ * <p>Everything here is leaf code: no allocation or JDK calls on the fast paths, nothing that can
+ * recurse into rewritten code (the JDK classes it touches, Thread and System, are never rewritten).
+ * Fast paths are {@code @ForceInline}, honoured for boot-class-path classes; slow paths are
+ * {@code @DontInline}. Until the agent calls {@link #init}, every thread gets {@link #OFF}, a shared
+ * state that never samples.
+ */
+public final class Bc {
+    /** Set by the agent once the runtime is ready; cleared when profiling stops. */
+    static boolean enabled;
+    static int gran = 10_000;
+    static int rand = 100;
+    static boolean threadRoots;
+    /** The state of threads while profiling is off. */
+    static final T OFF = new T(0, 2);
+
+    private static final int BUCKETS = 1 << 12;
+    /** Per-thread states, hashed by thread id, chained through {@link T#next}; written under LOCK. */
+    private static final T[] TABLE = new T[BUCKETS];
+    private static final Object LOCK = new Object();
+    /** Bytecodes counted by threads that have ended, since their last sample. */
+    private static long endedResidual;
+    private static final int INITIAL_DEPTH = 64;
+
+    private Bc() {}
+
+    /** Prologue: the thread's state, with this method at the depth the caller asserted. */
+    @ForceInline
+    public static T enter(int method) {
+        if (!enabled) {
+            return OFF;
+        }
+        T t = current();
+        int d = t.sp;
+        if (d + 1 >= t.methods.length) {
+            t.grow(d + 1);
+        }
+        t.methods[d] = method;
+        t.sp = d + 1;
+        t.depth = d;
+        return t;
+    }
+
+    /** Prologue, after {@link #enter} or {@link #enterLeaf}: the invocation's depth. A static call rather
+     *  than a field read, so that rewritten classes never resolve class T: resolving it in a class loader
+     *  other than the boot loader would run that loader's (rewritten) loadClass in the middle of the
+     *  prologue, before this invocation's depth is fixed. */
+    @ForceInline
+    public static int depth(T t) {
+        return t.depth;
+    }
+
+    /** Prologue of a leaf method (one that calls nothing): the thread's state; the method names itself in
+     *  {@link #checkLeaf} only when a sample is due (Komorium §5.1). */
+    @ForceInline
+    public static T enterLeaf() {
+        if (!enabled) {
+            return OFF;
+        }
+        T t = current();
+        t.depth = t.sp;
+        return t;
+    }
+
+    /** A basic block of {@code n} bytecodes in a leaf method: leaf methods leave the depth alone. */
+    @ForceInline
+    public static void countLeaf(T t, int n) {
+        t.counter -= n;
+    }
+
+    /** {@link #check} in leaf method {@code method}, which names itself only when it samples. */
+    @ForceInline
+    public static void checkLeaf(T t, int d, int n, int method) {
+        int c = t.counter - n;
+        t.counter = c;
+        if (c <= 0) {
+            sampleLeaf(t, d, method);
+        }
+    }
+
+    /** Before a return: the caller's next callee takes this depth again, even if the caller is not
+     *  rewritten (a skipped JDK method, a frame older than the rewrite). */
+    @ForceInline
+    public static void exit(T t, int d) {
+        t.sp = d;
+    }
+
+    @DontInline
+    static void sampleLeaf(T t, int d, int method) {
+        if (t != OFF && d >= 0) {
+            if (d + 1 >= t.methods.length) {
+                t.grow(d + 1);
+            }
+            t.methods[d] = method;
+        }
+        sample(t, d);
+    }
+
+    /** A basic block of {@code n} bytecodes that needs no granularity check. */
+    @ForceInline
+    public static void count(T t, int d, int n) {
+        t.sp = d + 1;
+        t.counter -= n;
+    }
+
+    /** A basic block of {@code n} bytecodes with the granularity check: samples when the count is due. */
+    @ForceInline
+    public static void check(T t, int d, int n) {
+        t.sp = d + 1;
+        int c = t.counter - n;
+        t.counter = c;
+        if (c <= 0) {
+            sample(t, d);
+        }
+    }
+
+    /** Before a call at offset {@code site} of the caller: the callee will take depth {@code d + 1}. */
+    @ForceInline
+    public static void call(T t, int d, int site) {
+        int k = d + 1;
+        t.sp = k;
+        int[] s = t.sites;
+        if (k < s.length) {
+            s[k] = site;
+        }
+    }
+
+    @ForceInline
+    static T current() {
+        long id = Thread.currentThread().getId();
+        T t = TABLE[(int) id & (BUCKETS - 1)];
+        if (t != null && t.tid == id) {
+            return t;
+        }
+        return lookup(id);
+    }
+
+    /** The state of thread {@code id}, created on its first rewritten invocation; moved to its bucket's head. */
+    @DontInline
+    static T lookup(long id) {
+        synchronized (LOCK) {
+            int b = (int) id & (BUCKETS - 1);
+            T prev = null;
+            T t = TABLE[b];
+            while (t != null && t.tid != id) {
+                prev = t;
+                t = t.next;
+            }
+            if (t == null) {
+                t = new T(id, INITIAL_DEPTH);
+                t.period = gran + t.nextRandom(rand);
+                t.counter = t.period;
+                if (threadRoots) {
+                    t.root = threadRoot(Thread.currentThread().getName());
+                }
+                t.next = TABLE[b];
+            } else if (prev != null) {
+                prev.next = t.next;
+                t.next = TABLE[b];
+            } else {
+                return t;
+            }
+            // T.tid is final, so a thread that reads this slot without the lock sees it set.
+            TABLE[b] = t;
+            return t;
+        }
+    }
+
+    /** The sample: the reified stack up to depth {@code d} goes to the CCT, resuming from the deepest
+     *  entry the previous sample of this thread already resolved (Komorium's path cache). */
+    @DontInline
+    static void sample(T t, int d) {
+        if (t == OFF) {
+            t.counter = Integer.MAX_VALUE;
+            return;
+        }
+        long weight = (long) t.period - t.counter;
+        int p = gran + t.nextRandom(rand);
+        t.period = p;
+        t.counter = p;
+        int[] m = t.methods;
+        int[] s = t.sites;
+        if (d < 0 || d >= m.length) {
+            return;
+        }
+        if (t.cacheMethods.length <= d) {
+            int n = m.length;
+            t.cacheMethods = T.copy(t.cacheMethods, n);
+            t.cacheSites = T.copy(t.cacheSites, n);
+            t.cacheNodes = T.copy(t.cacheNodes, n);
+        }
+        int[] cm = t.cacheMethods;
+        int[] cs = t.cacheSites;
+        int limit = t.cacheLength < d + 1 ? t.cacheLength : d + 1;
+        int k = 0;
+        while (k < limit && cm[k] == m[k] && (k == 0 || cs[k] == s[k])) {
+            k++;
+        }
+        for (int i = k; i <= d; i++) {
+            cm[i] = m[i];
+            cs[i] = s[i];
+        }
+        t.cacheLength = d + 1;
+        deliver(t.cacheNodes, cm, cs, k, d, weight, t.root);
+    }
+
+    /** Called by the agent when a thread ends (on that thread): forgets its state, keeps its count. */
+    static void threadEnded() {
+        long id = Thread.currentThread().getId();
+        synchronized (LOCK) {
+            int b = (int) id & (BUCKETS - 1);
+            T prev = null;
+            for (T t = TABLE[b]; t != null; prev = t, t = t.next) {
+                if (t.tid == id) {
+                    endedResidual += (long) t.period - t.counter;
+                    if (prev == null) {
+                        TABLE[b] = t.next;
+                    } else {
+                        prev.next = t.next;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /** Bytecodes counted since each thread's last sample, over all threads, ended ones included. */
+    static long residual() {
+        synchronized (LOCK) {
+            long sum = endedResidual;
+            for (T head : TABLE) {
+                for (T t = head; t != null; t = t.next) {
+                    sum += (long) t.period - t.counter;
+                }
+            }
+            return sum;
+        }
+    }
+
+    /** Called by the agent when everything is in place. */
+    static void init(int granularity, int randomRange, boolean perThreadRoots) {
+        gran = granularity;
+        rand = randomRange;
+        threadRoots = perThreadRoots;
+        enabled = true;
+    }
+
+    /** Called by the agent when profiling stops: rewritten code keeps running but counts nothing. */
+    static void disable() {
+        enabled = false;
+    }
+
+    /** Adds a sample of {@code weight} bytecodes: walks (or extends) the CCT from {@code nodes[from - 1]}
+     *  (or the thread's root) along {@code methods[from..to]} and {@code sites[from..to]}, storing each
+     *  node in {@code nodes}. */
+    private static native void deliver(int[] nodes, int[] methods, int[] sites, int from, int to, long weight, int root);
+
+    /** The CCT node of a thread's root ({@code threads=on}). */
+    private static native int threadRoot(String name);
+}
