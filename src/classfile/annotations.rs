@@ -133,6 +133,6 @@ mod tests {
         let mut types = Vec::new();
         for_each_annotation_type(&[0, 1, 0, 7, 0, 1, 0, 8, b'@', 0, 9, 0, 0], |t| types.push(t)).unwrap();
         assert_eq!(types, vec![7]);
-        assert!(relocate_type_annotations(&info[..20], |o| Ok(o), |s, l| Ok((s, l)), &mut out).is_err());
+        assert!(relocate_type_annotations(&info[..20], Ok, |s, l| Ok((s, l)), &mut out).is_err());
     }
 }

@@ -111,3 +111,47 @@ pub fn basic_blocks(code: &Code<'_>, rule: BlockRule, max_path: u32) -> Result<V
     basic_blocks_into(code, rule, max_path, &mut Vec::new(), &mut out)?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classfile::class::Attribute;
+
+    fn code(bytes: &'static [u8], exceptions: &'static [u8]) -> Code<'static> {
+        Code {
+            attr: Attribute { name_index: 0, offset: 0, info: &[] },
+            max_stack: 2,
+            max_locals: 1,
+            code: bytes,
+            exception_table: exceptions,
+            attributes: Vec::new(),
+            narrow: false,
+        }
+    }
+
+    #[test]
+    fn komorium_jp2_and_max_path() {
+        // 0 iload_0; 1 ifeq +9 (10); 4 iconst_1; 5 invokestatic #1; 8 iconst_2; 9 ireturn; 10 iconst_0; 11 ireturn
+        let c = code(
+            &[ILOAD_0, IFEQ, 0, 9, ICONST_0 + 1, INVOKESTATIC, 0, 1, ICONST_0 + 2, IRETURN, ICONST_0, IRETURN],
+            &[],
+        );
+        let starts = |v: Vec<Block>| v.iter().map(|b| (b.start, b.insns)).collect::<Vec<_>>();
+        assert_eq!(starts(basic_blocks(&c, BlockRule::Komorium, 50).unwrap()), vec![(0, 2), (4, 4), (10, 2)]);
+        assert_eq!(starts(basic_blocks(&c, BlockRule::Jp2, 50).unwrap()), vec![(0, 2), (4, 2), (8, 2), (10, 2)]);
+        assert_eq!(starts(basic_blocks(&c, BlockRule::Komorium, 3).unwrap()), vec![(0, 2), (4, 3), (9, 1), (10, 2)]);
+        // An exception handler at 8 starts a block.
+        let c2 = code(
+            &[ILOAD_0, IFEQ, 0, 9, ICONST_0 + 1, INVOKESTATIC, 0, 1, ICONST_0 + 2, IRETURN, ICONST_0, IRETURN],
+            &[0, 4, 0, 8, 0, 8, 0, 0],
+        );
+        assert_eq!(starts(basic_blocks(&c2, BlockRule::Komorium, 50).unwrap()), vec![(0, 2), (4, 2), (8, 2), (10, 2)]);
+    }
+
+    #[test]
+    fn bad_targets_are_errors() {
+        assert!(basic_blocks(&code(&[GOTO, 0, 2, RETURN], &[]), BlockRule::Komorium, 50).is_err());
+        assert!(basic_blocks(&code(&[GOTO, 0x80, 0, RETURN], &[]), BlockRule::Komorium, 50).is_err());
+        assert!(basic_blocks(&code(&[RETURN], &[0, 0, 0, 1, 0, 9, 0, 0]), BlockRule::Komorium, 50).is_err());
+    }
+}

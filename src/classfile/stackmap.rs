@@ -355,13 +355,13 @@ mod tests {
                 VType::UninitializedThis,
                 VType::Integer,
                 VType::Long,
-                VType::Named(5, 21),
-                VType::Named(22, 25),
+                VType::Named(4, 20),
+                VType::Named(21, 24),
                 VType::Integer
             ]
         );
-        assert_eq!(&d[5..21], b"java/lang/String");
-        assert_eq!(&d[22..25], b"[[D");
+        assert_eq!(&d[4..20], b"java/lang/String");
+        assert_eq!(&d[21..24], b"[[D");
         assert!(initial_locals(b"(L", true, false, 0, false, &mut v).is_err());
         assert!(initial_locals(b"(Q)V", true, false, 0, false, &mut v).is_err());
     }
@@ -369,8 +369,7 @@ mod tests {
     #[test]
     fn decode_encode_identity_and_extension() {
         // append(I) at 3, same at 10, same_locals_1(I) at 20, chop 1 at 90, full at 100
-        let mut t = vec![0, 5, 252, 0, 3, 1, 6, 64 + 9, 1, 248, 0, 69, 255, 0, 9, 0, 1, 4, 0, 0];
-        t[1] = 5;
+        let t = vec![0, 5, 252, 0, 3, 1, 6, 64 + 9, 1, 250, 0, 69, 255, 0, 9, 0, 1, 4, 0, 0];
         let mut m = StackMap::default();
         m.decode(&t, &[VType::Object(2)]).unwrap();
         assert_eq!(m.frames.len(), 5);

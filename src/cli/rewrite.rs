@@ -168,12 +168,19 @@ fn run(o: &Options) -> Result<bool, String> {
                         println!("MALFORMED {source}!{entry}: {e}");
                     }
                 }
-                if let (Some(dir), Ok(_)) = (&o.out, &r) {
-                    let name = ClassFile::parse(data)
-                        .ok()
-                        .and_then(|c| c.name().ok().map(|n| String::from_utf8_lossy(n).into_owned()))
-                        .unwrap_or_else(|| entry.trim_end_matches(".class").to_string());
-                    write_file(&dir.join(output_path(entry, &name)), &out)?;
+                if let Some(dir) = &o.out {
+                    // A class the engine cannot read is written as it was (the agent would leave it alone).
+                    let (bytes, name) = match &r {
+                        Ok(_) => (
+                            &out[..],
+                            ClassFile::parse(data)
+                                .ok()
+                                .and_then(|c| c.name().ok().map(|n| String::from_utf8_lossy(n).into_owned())),
+                        ),
+                        Err(_) => (data, None),
+                    };
+                    let name = name.unwrap_or_else(|| entry.trim_end_matches(".class").to_string());
+                    write_file(&dir.join(output_path(entry, &name)), bytes)?;
                 }
             }
             Ok(())

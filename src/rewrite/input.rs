@@ -123,9 +123,12 @@ pub fn zip_part(data: &[u8]) -> &[u8] {
     }
 }
 
+/// Called with (entry name, class bytes); an error stops the walk.
+pub type ClassVisitor<'f> = dyn FnMut(&str, &[u8]) -> Result<(), String> + 'f;
+
 /// Calls `f(entry_name, bytes)` for every class file in `input`: the path relative to the directory, the
 /// entry name in a jar, or the name after `classes/` in a jmod. `f` returning an error stops the walk.
-pub fn for_each_class(input: &Path, f: &mut dyn FnMut(&str, &[u8]) -> Result<(), String>) -> Result<(), String> {
+pub fn for_each_class(input: &Path, f: &mut ClassVisitor<'_>) -> Result<(), String> {
     let meta = std::fs::metadata(input).map_err(|e| format!("{}: {e}", input.display()))?;
     if meta.is_dir() {
         let mut files = Vec::new();

@@ -57,8 +57,9 @@ pub struct MethodInput<'c, 'a> {
 /// What a mode does to each method. The editor has been started on the method's code; the transform inserts
 /// snippets and adds locals, and the rewriter writes (or refuses) the result.
 pub trait MethodTransform {
-    /// Called before the first method of each class.
-    fn begin_class(&mut self);
+    /// Called once per class before its methods, for every class (also one whose methods are all skipped), so
+    /// per-class state such as block or method ids stays in step.
+    fn begin_class(&mut self, class: &ClassFile<'_>);
     fn edit_method(
         &mut self,
         m: &MethodInput<'_, '_>,
@@ -71,7 +72,7 @@ pub trait MethodTransform {
 pub struct NoEdit;
 
 impl MethodTransform for NoEdit {
-    fn begin_class(&mut self) {}
+    fn begin_class(&mut self, _: &ClassFile<'_>) {}
 
     fn edit_method(
         &mut self,
@@ -177,7 +178,7 @@ impl Rewriter {
             _ => b"",
         };
         let class_reason = self.policy.class_reason(class_name);
-        self.transform.begin_class();
+        self.transform.begin_class(&class);
         self.buf.clear();
         self.edits.clear();
         for i in 0..class.methods.len() {

@@ -62,7 +62,7 @@ impl ProbeTransform {
 }
 
 impl MethodTransform for ProbeTransform {
-    fn begin_class(&mut self) {
+    fn begin_class(&mut self, _: &crate::classfile::ClassFile<'_>) {
         self.refs = None;
         self.next_id = 0;
     }
