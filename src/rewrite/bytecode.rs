@@ -210,7 +210,7 @@ impl BytecodeTransform {
 }
 
 impl MethodTransform for BytecodeTransform {
-    fn begin_class(&mut self) {
+    fn begin_class(&mut self, _: &crate::classfile::ClassFile<'_>) {
         self.refs = None;
     }
 
