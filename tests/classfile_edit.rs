@@ -189,6 +189,7 @@ fn relocation_rules_hold_in_rewritten_sample() {
     let (rewritten, _) = rewrite_all(&mut rw, &classes);
     let mut uninitialized_seen = 0;
     let mut ranges_at_zero = 0;
+    let mut type_annotations_seen = 0;
     for ((_, before), (name, after)) in classes.iter().zip(&rewritten) {
         let old = ClassFile::parse(before).unwrap();
         let new = ClassFile::parse(after).unwrap();
@@ -210,6 +211,41 @@ fn relocation_rules_hold_in_rewritten_sample() {
             }
             for a in &nc.attributes {
                 let n = new.constant_pool.utf8(a.name_index).unwrap();
+                if n == b"RuntimeVisibleTypeAnnotations" {
+                    // Offsets of instruction targets name the moved instruction itself: the opcode at each new
+                    // offset is the opcode at the old one (javac may point a cast's annotation at the next
+                    // instruction when it drops the checkcast).
+                    let offsets = |info: &[u8]| {
+                        let mut v = Vec::new();
+                        kprof::classfile::annotations::relocate_type_annotations(
+                            info,
+                            |o| {
+                                v.push(o);
+                                Ok(o)
+                            },
+                            |s, l| Ok((s, l)),
+                            &mut Vec::new(),
+                        )
+                        .unwrap();
+                        v
+                    };
+                    let old_attr = oc
+                        .attributes
+                        .iter()
+                        .find(|x| old.constant_pool.utf8(x.name_index).unwrap() == b"RuntimeVisibleTypeAnnotations")
+                        .unwrap();
+                    let (before, after) = (offsets(old_attr.info), offsets(a.info));
+                    assert_eq!(before.len(), after.len());
+                    for (o, n) in before.iter().zip(&after) {
+                        type_annotations_seen += 1;
+                        assert_eq!(
+                            oc.code[*o as usize], nc.code[*n as usize],
+                            "{name}: type annotation moved off its instruction"
+                        );
+                        assert!(*n as usize >= prologue);
+                    }
+                    assert!(before.iter().zip(&after).any(|(o, n)| o != n));
+                }
                 if n == b"LineNumberTable" {
                     assert_eq!(&a.info[2..4], &[0, 0], "{name}: the first line must start at 0");
                 }
@@ -247,6 +283,7 @@ fn relocation_rules_hold_in_rewritten_sample() {
     }
     assert!(uninitialized_seen > 0, "the sample should have Uninitialized frames");
     assert!(ranges_at_zero > 0, "the sample should have an exception range at 0");
+    assert!(type_annotations_seen >= 3, "the sample should have type annotations on instructions");
 }
 
 /// A class `T` with one static method `m()V` whose code is `code`.

@@ -26,7 +26,8 @@ usage: kprof rewrite [--roundtrip] [--mode MODE] [--out DIR] [--budget N] [--pol
                    given alone
   --out DIR        write each rewritten class at its package path under DIR, with kprof's runtime classes
   --budget N       leave alone methods whose code would cross N bytes (default 8000, HotSpot's HugeMethodLimit)
-  --policy P       minimal (default: skip only kprof's own classes) or agent (the agent's skip list)
+  --policy P       minimal (default: skip only what must never change: kprof's own classes, Object.<init>,
+                   empty finalize methods) or agent (the agent's skip list, DESIGN §4)
   --quiet          print only the summary";
 
 /// The runtime helper classes that rewritten code calls, as built into kprof.

@@ -142,7 +142,7 @@ pub fn for_each_class(input: &Path, f: &mut ClassVisitor<'_>) -> Result<(), Stri
         return Ok(());
     }
     let data = std::fs::read(input).map_err(|e| format!("{}: {e}", input.display()))?;
-    if data.starts_with(&[0xCA, 0xFE, 0xBA, 0xBE]) {
+    if data.starts_with(&[0xCA, 0xFE, 0xBA, 0xBE]) || input.extension().is_some_and(|e| e == "class") {
         let name = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         return f(&name, &data);
     }
@@ -189,4 +189,119 @@ pub fn output_path(entry: &str, internal_name: &str) -> String {
         }
     }
     format!("{internal_name}.class")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A zip of `(name, bytes, deflate)` entries; with `zip64`, sizes and offsets live in zip64 extra fields and
+    /// the end record is a zip64 one.
+    fn make_zip(entries: &[(&str, &[u8], bool)], zip64: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut central = Vec::new();
+        for (name, data, deflate) in entries {
+            let body = if *deflate {
+                let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            } else {
+                data.to_vec()
+            };
+            let offset = out.len() as u64;
+            let method: u16 = if *deflate { 8 } else { 0 };
+            let (csize, usize_, off32) = if zip64 {
+                (0xFFFF_FFFFu32, 0xFFFF_FFFFu32, 0xFFFF_FFFFu32)
+            } else {
+                (body.len() as u32, data.len() as u32, offset as u32)
+            };
+            out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+            out.extend_from_slice(&[20, 0, 0, 0]);
+            out.extend_from_slice(&method.to_le_bytes());
+            out.extend_from_slice(&[0; 8]);
+            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(&[0, 0]);
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&body);
+            let extra: Vec<u8> = if zip64 {
+                let mut x = vec![1, 0, 24, 0];
+                x.extend_from_slice(&(data.len() as u64).to_le_bytes());
+                x.extend_from_slice(&(body.len() as u64).to_le_bytes());
+                x.extend_from_slice(&offset.to_le_bytes());
+                x
+            } else {
+                Vec::new()
+            };
+            central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+            central.extend_from_slice(&[20, 0, 20, 0, 0, 0]);
+            central.extend_from_slice(&method.to_le_bytes());
+            central.extend_from_slice(&[0; 8]);
+            central.extend_from_slice(&csize.to_le_bytes());
+            central.extend_from_slice(&usize_.to_le_bytes());
+            central.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            central.extend_from_slice(&(extra.len() as u16).to_le_bytes());
+            central.extend_from_slice(&[0; 10]);
+            central.extend_from_slice(&off32.to_le_bytes());
+            central.extend_from_slice(name.as_bytes());
+            central.extend_from_slice(&extra);
+        }
+        let cd_offset = out.len() as u64;
+        out.extend_from_slice(&central);
+        let n = entries.len() as u64;
+        if zip64 {
+            let e64 = out.len() as u64;
+            out.extend_from_slice(&0x0606_4b50u32.to_le_bytes());
+            out.extend_from_slice(&44u64.to_le_bytes());
+            out.extend_from_slice(&[45, 0, 45, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(&(central.len() as u64).to_le_bytes());
+            out.extend_from_slice(&cd_offset.to_le_bytes());
+            out.extend_from_slice(&0x0706_4b50u32.to_le_bytes());
+            out.extend_from_slice(&0u32.to_le_bytes());
+            out.extend_from_slice(&e64.to_le_bytes());
+            out.extend_from_slice(&1u32.to_le_bytes());
+        }
+        out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+        out.extend_from_slice(&[0; 4]);
+        let n16 = if zip64 { 0xFFFF } else { n as u16 };
+        out.extend_from_slice(&n16.to_le_bytes());
+        out.extend_from_slice(&n16.to_le_bytes());
+        out.extend_from_slice(&(central.len() as u32).to_le_bytes());
+        let off = if zip64 { 0xFFFF_FFFF } else { cd_offset as u32 };
+        out.extend_from_slice(&off.to_le_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out
+    }
+
+    #[test]
+    fn reads_stored_deflated_and_zip64_archives() {
+        let big = vec![7u8; 10_000];
+        let entries: [(&str, &[u8], bool); 2] =
+            [("a/B.class", b"\xCA\xFE\xBA\xBEstored", false), ("c.txt", &big, true)];
+        for zip64 in [false, true] {
+            let data = make_zip(&entries, zip64);
+            let z = Zip::parse(&data).unwrap();
+            assert_eq!(z.entries.len(), 2);
+            assert_eq!(z.entries[0].name, "a/B.class");
+            assert_eq!(z.read(&z.entries[0]).unwrap(), entries[0].1);
+            assert_eq!(z.read(&z.entries[1]).unwrap(), big);
+            // Damage: truncations never panic.
+            for cut in (0..data.len()).step_by(13) {
+                if let Ok(z) = Zip::parse(&data[..cut]) {
+                    for e in &z.entries {
+                        let _ = z.read(e);
+                    }
+                }
+            }
+        }
+        let mut jmod = b"JM\x01\x00".to_vec();
+        jmod.extend_from_slice(&make_zip(&entries, false));
+        assert_eq!(Zip::parse(zip_part(&jmod)).unwrap().entries.len(), 2);
+        assert_eq!(output_path("META-INF/versions/11/a/B.class", "a/B"), "META-INF/versions/11/a/B.class");
+        assert_eq!(output_path("x/y/B.class", "a/B"), "a/B.class");
+    }
 }

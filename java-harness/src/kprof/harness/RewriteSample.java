@@ -8,7 +8,7 @@ import java.util.function.IntUnaryOperator;
  * Code shapes that a class rewrite must keep working: switches at every alignment, loops that branch back to
  * offset 0, nested try/catch/finally, synchronized blocks, `new` values on the stack across branches in
  * constructor arguments (Uninitialized frames), long/double locals, more than 256 local slots (so added locals
- * need `wide`), lambdas and string concatenation. main() prints a deterministic digest; kprof's class-file
+ * need `wide`), lambdas, string concatenation and type annotations inside code. main() prints a deterministic digest; kprof's class-file
  * tests rewrite this class and compare the output with the original's.
  */
 public class RewriteSample {
@@ -320,6 +320,24 @@ public class RewriteSample {
         }
     }
 
+    @java.lang.annotation.Target(java.lang.annotation.ElementType.TYPE_USE)
+    @java.lang.annotation.Retention(java.lang.annotation.RetentionPolicy.RUNTIME)
+    @interface Tag {
+        int value() default 0;
+    }
+
+    /** Type annotations inside the code: on a local, a cast, a `new` and an instanceof. */
+    static int annotated(Object x) {
+        @Tag(1) String s = String.valueOf(x);
+        Object o = (@Tag(2) Object) s;
+        List<@Tag(3) String> l = new @Tag(4) ArrayList<>();
+        l.add(s);
+        if (o instanceof @Tag(5) String) {
+            return l.size() + s.length();
+        }
+        return 0;
+    }
+
     static boolean ternaries(int a, int b) {
         return (a > b ? a - b : b - a) > 2 && (a == 0 || b != 0);
     }
@@ -342,7 +360,7 @@ public class RewriteSample {
         out.append(sync(out, 10)).append(' ').append(wide(3L, 2.5, 4)).append(' ').append(manyLocals(7));
         out.append(' ').append(lambdas(3)).append(' ').append(concat("x", 2, 0.5)).append(' ');
         out.append(catcher(2)).append(catcher(5)).append(' ').append(ternaries(5, 1)).append(ternaries(0, 0));
-        out.append(' ').append(counter);
+        out.append(' ').append(annotated(42)).append(' ').append(counter);
         System.out.println(out);
     }
 }
