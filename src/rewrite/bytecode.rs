@@ -5,10 +5,10 @@
 //! instrumenting exits. The Java side is `java-runtime/src/kprof/runtime/Bc.java`, whose comment shows
 //! the inserted sequences.
 //!
-//! Leaf methods (no calls) skip the stack write in the prologue and name themselves only when a sample
-//! is due (Komorium §5.1). Other methods restore the depth before each return, so that a caller that is
-//! not rewritten (a skipped JDK method, a frame older than the rewrite) calls its next callee at the
-//! right depth.
+//! The depth protocol (see `Bc.java`): `enter` takes the depth the caller left and leaves depth + 1
+//! for callees, a normal return restores it, an exception handler re-asserts it. Leaf methods (no
+//! calls) never move the depth, skip the stack write in the prologue and name themselves only when a
+//! sample is due (Komorium §5.1).
 
 use std::sync::Arc;
 
@@ -48,11 +48,13 @@ struct Refs {
     enter_leaf: u16,
     count: u16,
     check: u16,
-    count_leaf: u16,
     check_leaf: u16,
-    call: u16,
+    site: u16,
+    handler: u16,
     exit: u16,
     depth: u16,
+    mute: u16,
+    unmute: u16,
 }
 
 /// What the block analysis found about one block.
@@ -105,13 +107,15 @@ impl BytecodeTransform {
             state_class: cp.add_class(STATE_CLASS).map_err(full)?,
             enter: cp.add_methodref(RUNTIME_CLASS, "enter", &format!("(I){t}")).map_err(full)?,
             enter_leaf: cp.add_methodref(RUNTIME_CLASS, "enterLeaf", &format!("(){t}")).map_err(full)?,
-            count: cp.add_methodref(RUNTIME_CLASS, "count", &format!("({t}II)V")).map_err(full)?,
+            count: cp.add_methodref(RUNTIME_CLASS, "count", &format!("({t}I)V")).map_err(full)?,
             check: cp.add_methodref(RUNTIME_CLASS, "check", &format!("({t}II)V")).map_err(full)?,
-            count_leaf: cp.add_methodref(RUNTIME_CLASS, "countLeaf", &format!("({t}I)V")).map_err(full)?,
             check_leaf: cp.add_methodref(RUNTIME_CLASS, "checkLeaf", &format!("({t}III)V")).map_err(full)?,
-            call: cp.add_methodref(RUNTIME_CLASS, "call", &format!("({t}II)V")).map_err(full)?,
+            site: cp.add_methodref(RUNTIME_CLASS, "site", &format!("({t}I)V")).map_err(full)?,
+            handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({t}I)V")).map_err(full)?,
             exit: cp.add_methodref(RUNTIME_CLASS, "exit", &format!("({t}I)V")).map_err(full)?,
             depth: cp.add_methodref(RUNTIME_CLASS, "depth", &format!("({t})I")).map_err(full)?,
+            mute: cp.add_methodref(RUNTIME_CLASS, "mute", "()V").map_err(full)?,
+            unmute: cp.add_methodref(RUNTIME_CLASS, "unmute", "()V").map_err(full)?,
         };
         self.refs = Some(r);
         Ok(r)
@@ -209,7 +213,44 @@ impl BytecodeTransform {
     }
 }
 
+impl BytecodeTransform {
+    /// Brackets every call of an intrinsic candidate with `Bc.mute()` / `Bc.unmute()`.
+    pub(crate) fn bracket_calls(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        let refs = self.refs(cp)?;
+        let insns: Vec<_> = Instructions::new(m.code.code).collect::<Result<_, _>>()?;
+        for (k, insn) in insns.iter().enumerate() {
+            if !is_invoke(insn.opcode) {
+                continue;
+            }
+            let s = &mut self.snippet;
+            s.clear();
+            s.invokestatic(cp, refs.mute);
+            editor.insert_before(insn.offset, s)?;
+            if let Some(next) = insns.get(k + 1) {
+                s.clear();
+                s.invokestatic(cp, refs.unmute);
+                editor.insert_before(next.offset, s)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl MethodTransform for BytecodeTransform {
+    fn edit_intrinsic(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        self.bracket_calls(m, editor, cp)
+    }
+
     fn begin_class(&mut self, _: &crate::classfile::ClassFile<'_>) {
         self.refs = None;
     }
@@ -237,42 +278,35 @@ impl MethodTransform for BytecodeTransform {
         s.astore(state).aload(state).invokestatic(cp, refs.depth).istore(depth);
         editor.insert_prologue(s)?;
         let bytes = m.code.code;
+        let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
         let mut insns = Instructions::new(bytes).peekable();
         for (i, b) in self.blocks.iter().enumerate() {
             let info = self.info[i];
+            if !leaf && handlers.contains(&b.start) {
+                s.clear();
+                s.aload(state).iload(depth).invokestatic(cp, refs.handler);
+                editor.insert_before(b.start, s)?;
+            }
             s.clear();
+            let n = b.insns as i32;
             match (info.check, leaf) {
-                (true, true) => s
-                    .aload(state)
-                    .iload(depth)
-                    .push_int(cp, b.insns as i32)
-                    .push_int(cp, id)
-                    .invokestatic(cp, refs.check_leaf),
-                (false, true) => s.aload(state).push_int(cp, b.insns as i32).invokestatic(cp, refs.count_leaf),
-                (true, false) => s.aload(state).iload(depth).push_int(cp, b.insns as i32).invokestatic(cp, refs.check),
-                (false, false) => s.aload(state).iload(depth).push_int(cp, b.insns as i32).invokestatic(cp, refs.count),
+                (true, true) => {
+                    s.aload(state).iload(depth).push_int(cp, n).push_int(cp, id).invokestatic(cp, refs.check_leaf)
+                }
+                (true, false) => s.aload(state).iload(depth).push_int(cp, n).invokestatic(cp, refs.check),
+                (false, _) => s.aload(state).push_int(cp, n).invokestatic(cp, refs.count),
             };
             editor.insert_before(b.start, s)?;
-            // Call sites: the block helper asserted the depth; a call after an earlier call in the same
-            // block must assert it again (the callee that returned left it deeper). With callsites on, every
-            // call records its offset.
-            let mut called = false;
             while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
                 if is_return(insn.opcode) && !leaf {
                     s.clear();
                     s.aload(state).iload(depth).invokestatic(cp, refs.exit);
                     editor.insert_before(insn.offset, s)?;
-                }
-                if !is_invoke(insn.opcode) {
-                    continue;
-                }
-                if self.config.callsites || called {
+                } else if is_invoke(insn.opcode) && self.config.callsites {
                     s.clear();
-                    let site = if self.config.callsites { insn.offset as i32 } else { 0 };
-                    s.aload(state).iload(depth).push_int(cp, site).invokestatic(cp, refs.call);
+                    s.aload(state).push_int(cp, insn.offset as i32).invokestatic(cp, refs.site);
                     editor.insert_before(insn.offset, s)?;
                 }
-                called = true;
             }
         }
         Ok(())

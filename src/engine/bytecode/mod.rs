@@ -183,8 +183,23 @@ impl BytecodeEngine {
         ];
         jni.call_static_void(rt.class, init, &args).map_err(|_| "kprof.runtime.Bc.init threw".to_string())?;
         self.rewriting.store(true, Ordering::Release);
+        self.fix_class_hashes(jni);
         self.retransform_loaded(jni);
         Ok(())
+    }
+
+    /// Gives every loaded class its identity hash now, in load order, on this thread. HotSpot computes an
+    /// object's identity hash from the thread that first asks for it; JIT compiler threads ask for some
+    /// class mirrors at times that vary from run to run, and JDK code keyed by classes (method types,
+    /// reflection caches) then takes different paths. Asking first, deterministically, keeps bytecode
+    /// counts reproducible.
+    fn fix_class_hashes(&self, jni: Jni) {
+        if let Ok(classes) = self.jvmti.loaded_classes() {
+            for &k in classes.as_slice() {
+                let _ = self.jvmti.object_hash(k);
+                jni.delete_local_ref(k);
+            }
+        }
     }
 
     fn load_runtime(&self, jni: Jni) -> Result<Runtime, String> {
@@ -242,6 +257,8 @@ impl BytecodeEngine {
     /// ClassPrepare: a class of a module defined after start (a new layer) needs that module to read
     /// the runtime before its rewritten code runs; preparation comes before any of its code runs.
     pub fn class_prepared(&self, jni: Jni, class: jclass) {
+        // Give the class its identity hash now, on the thread that loads it (see `fix_class_hashes`).
+        let _ = self.jvmti.object_hash(class);
         if !self.is_active() {
             return;
         }

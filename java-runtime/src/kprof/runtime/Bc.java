@@ -8,19 +8,22 @@ import jdk.internal.vm.annotation.ForceInline;
  * A rewritten method does, in this order:
  *
  * <pre>
- *   prologue:            ldc ID; invokestatic Bc.enter(I)T; astore T; aload T; invokestatic Bc.depth(T)I; istore D
- *   each basic block:    aload T; iload D; ldc N; invokestatic Bc.count(TII)V   (or Bc.check: count, then sample when due)
- *   before each call:    aload T; iload D; ldc BCI; invokestatic Bc.call(TII)V
- *   before each return:  aload T; iload D; invokestatic Bc.exit(TI)V
- *   leaf methods:        Bc.enterLeaf()T in the prologue, Bc.countLeaf(TI)V and Bc.checkLeaf(TIII)V (with ID)
- *                        in blocks, nothing at returns: they never move the depth
+ *   prologue:             ldc ID; invokestatic Bc.enter(I)T; astore T; aload T; invokestatic Bc.depth(T)I; istore D
+ *   each basic block:     aload T; ldc N; invokestatic Bc.count(TI)V
+ *                     or  aload T; iload D; ldc N; invokestatic Bc.check(TII)V    (count, then sample when due)
+ *   exception handlers:   aload T; iload D; invokestatic Bc.handler(TI)V         (before the block's helper)
+ *   before each call:     aload T; ldc BCI; invokestatic Bc.site(TI)V            (with callsite=on)
+ *   before each return:   aload T; iload D; invokestatic Bc.exit(TI)V
+ *   leaf methods:         Bc.enterLeaf()T in the prologue, Bc.checkLeaf(TIII)V (with ID) for checks,
+ *                         nothing at returns: they never move the depth
+ *   intrinsic candidates: not counted; invokestatic Bc.mute()V before and Bc.unmute()V after each call
  * </pre>
  *
  * where ID is the method's id, N the block's bytecode count, BCI the call's offset in the original
  * method, T and D two new locals (the thread's state and this invocation's depth in the reified stack).
- * The stack is kept without instrumenting exits: each invocation records its depth in D and re-asserts
- * {@code sp = D + 1} at every block and call, so exceptions and callbacks from native code cannot leave
- * it wrong.
+ * The depth is kept without instrumenting exceptional exits: {@code enter} takes the depth {@code sp}
+ * the caller left and leaves {@code sp = D + 1} for callees; a normal return restores {@code sp = D};
+ * an exception handler re-asserts {@code sp = D + 1} for the frame that caught the exception.
  *
  * <p>Everything here is leaf code: no allocation or JDK calls on the fast paths, nothing that can
  * recurse into rewritten code (the JDK classes it touches, Thread and System, are never rewritten).
@@ -47,7 +50,8 @@ public final class Bc {
 
     private Bc() {}
 
-    /** Prologue: the thread's state, with this method at the depth the caller asserted. */
+    /** Prologue: the thread's state, with this method (and the callsite its caller recorded) at the
+     *  depth the caller left. */
     @ForceInline
     public static T enter(int method) {
         if (!enabled) {
@@ -55,10 +59,14 @@ public final class Bc {
         }
         T t = current();
         int d = t.sp;
+        if (d == t.muteArm) {
+            return OFF;
+        }
         if (d + 1 >= t.methods.length) {
             t.grow(d + 1);
         }
         t.methods[d] = method;
+        t.sites[d] = t.site;
         t.sp = d + 1;
         t.depth = d;
         return t;
@@ -81,14 +89,27 @@ public final class Bc {
             return OFF;
         }
         T t = current();
+        if (t.sp == t.muteArm) {
+            return OFF;
+        }
         t.depth = t.sp;
         return t;
     }
 
-    /** A basic block of {@code n} bytecodes in a leaf method: leaf methods leave the depth alone. */
+    /** A basic block of {@code n} bytecodes that needs no granularity check. */
     @ForceInline
-    public static void countLeaf(T t, int n) {
+    public static void count(T t, int n) {
         t.counter -= n;
+    }
+
+    /** A basic block of {@code n} bytecodes with the granularity check: samples when the count is due. */
+    @ForceInline
+    public static void check(T t, int d, int n) {
+        int c = t.counter - n;
+        t.counter = c;
+        if (c <= 0) {
+            sample(t, d);
+        }
     }
 
     /** {@link #check} in leaf method {@code method}, which names itself only when it samples. */
@@ -98,6 +119,45 @@ public final class Bc {
         t.counter = c;
         if (c <= 0) {
             sampleLeaf(t, d, method);
+        }
+    }
+
+    /** Before a call at offset {@code site} of the caller: the callee records it in {@link #enter}. */
+    @ForceInline
+    public static void site(T t, int site) {
+        t.site = site;
+    }
+
+    /** At an exception handler: callees of this frame take depth {@code d + 1} again, whatever depth the
+     *  frames the exception unwound left behind. */
+    @ForceInline
+    public static void handler(T t, int d) {
+        t.sp = d + 1;
+        t.muteNest = 0;
+        t.muteArm = -1;
+    }
+
+    /** Before a call in an intrinsic candidate (a JDK method the JIT may replace by intrinsic code):
+     *  the callee, and everything it calls, counts nothing, as it would not run at all once the
+     *  intrinsic is in use. So the counts do not depend on when the JIT compiled the caller. */
+    @ForceInline
+    public static void mute() {
+        if (enabled) {
+            T t = current();
+            if (t.muteNest++ == 0) {
+                t.muteArm = t.sp;
+            }
+        }
+    }
+
+    /** After that call returns. */
+    @ForceInline
+    public static void unmute() {
+        if (enabled) {
+            T t = current();
+            if (t.muteNest > 0 && --t.muteNest == 0) {
+                t.muteArm = -1;
+            }
         }
     }
 
@@ -115,37 +175,9 @@ public final class Bc {
                 t.grow(d + 1);
             }
             t.methods[d] = method;
+            t.sites[d] = t.site;
         }
         sample(t, d);
-    }
-
-    /** A basic block of {@code n} bytecodes that needs no granularity check. */
-    @ForceInline
-    public static void count(T t, int d, int n) {
-        t.sp = d + 1;
-        t.counter -= n;
-    }
-
-    /** A basic block of {@code n} bytecodes with the granularity check: samples when the count is due. */
-    @ForceInline
-    public static void check(T t, int d, int n) {
-        t.sp = d + 1;
-        int c = t.counter - n;
-        t.counter = c;
-        if (c <= 0) {
-            sample(t, d);
-        }
-    }
-
-    /** Before a call at offset {@code site} of the caller: the callee will take depth {@code d + 1}. */
-    @ForceInline
-    public static void call(T t, int d, int site) {
-        int k = d + 1;
-        t.sp = k;
-        int[] s = t.sites;
-        if (k < s.length) {
-            s[k] = site;
-        }
     }
 
     @ForceInline

@@ -12,8 +12,14 @@ public final class T {
     public int counter;
     /** The value {@link #counter} started from after the last sample (gran + r). */
     int period;
-    /** Depth the next invocation takes: its own depth plus one, re-asserted before every call. */
+    /** Depth the next invocation takes: the caller's depth plus one. */
     public int sp;
+    /** Callsite of the call being made (callsite=on): written by the caller, read by the callee. */
+    int site;
+    /** Invocations entering at this depth count nothing (calls made by an intrinsic candidate); -1: none. */
+    int muteArm = -1;
+    /** Nesting of {@link Bc#mute} brackets. */
+    int muteNest;
     /** The depth {@link Bc#enter} just gave an invocation, read by its prologue through {@link Bc#depth}. */
     int depth;
     /** Method id at each depth. */
