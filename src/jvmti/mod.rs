@@ -335,6 +335,10 @@ impl Jvmti {
     }
 }
 
+/// A Java method called through JNI threw (the exception was cleared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JavaException;
+
 /// A JNI environment: valid only on the thread it belongs to, so it is neither `Send` nor `Sync`.
 #[derive(Clone, Copy)]
 pub struct Jni(*mut JNIEnv);
@@ -420,20 +424,20 @@ impl Jni {
     }
 
     /// Calls a static void method; a Java exception it throws is cleared and reported as `Err`.
-    pub fn call_static_void(self, class: jclass, method: jmethodID, args: &[jvalue]) -> Result<(), ()> {
+    pub fn call_static_void(self, class: jclass, method: jmethodID, args: &[jvalue]) -> Result<(), JavaException> {
         jni!(self, CallStaticVoidMethodA, class, method, args.as_ptr());
         if self.clear_exception() {
-            Err(())
+            Err(JavaException)
         } else {
             Ok(())
         }
     }
 
     /// Calls a static long method; a Java exception it throws is cleared and reported as `Err`.
-    pub fn call_static_long(self, class: jclass, method: jmethodID, args: &[jvalue]) -> Result<i64, ()> {
+    pub fn call_static_long(self, class: jclass, method: jmethodID, args: &[jvalue]) -> Result<i64, JavaException> {
         let v = jni!(self, CallStaticLongMethodA, class, method, args.as_ptr());
         if self.clear_exception() {
-            Err(())
+            Err(JavaException)
         } else {
             Ok(v)
         }
@@ -490,35 +494,35 @@ impl Jni {
         out
     }
 
-    /// Runs `f` on the elements of Java int arrays, pinned without copying where the JVM allows
-    /// (`GetPrimitiveArrayCritical`). `f` must not call JNI. Writes to the arrays are kept.
-    pub fn with_int_arrays<R>(self, arrays: &[jintArray], f: impl FnOnce(&mut [&mut [i32]]) -> R) -> Option<R> {
-        let mut pinned: Vec<(*mut c_void, usize)> = Vec::with_capacity(arrays.len());
-        let mut ok = true;
-        for &a in arrays {
-            let len = jni!(self, GetArrayLength, a).max(0) as usize;
-            let p = jni!(self, GetPrimitiveArrayCritical, a, ptr::null_mut());
-            if p.is_null() {
-                ok = false;
-                break;
-            }
-            pinned.push((p, len));
-        }
-        let result = if ok {
-            // SAFETY: each pointer is a pinned int array of `len` elements; the arrays are distinct Java
-            // objects (callers pass different arrays), so the slices do not alias.
-            let mut slices: Vec<&mut [i32]> =
-                pinned.iter().map(|&(p, len)| unsafe { std::slice::from_raw_parts_mut(p as *mut i32, len) }).collect();
-            Some(f(&mut slices))
-        } else {
-            None
-        };
-        for (&a, &(p, _)) in arrays.iter().zip(&pinned) {
-            jni!(self, ReleasePrimitiveArrayCritical, a, p, 0);
-        }
-        if !ok {
+    /// Runs `f` on the elements of a Java `int[]` (writable) and a `long[]` (read-only), pinned without
+    /// copying where the JVM allows (`GetPrimitiveArrayCritical`). `f` must not call JNI. `None` if the
+    /// JVM could not pin them.
+    pub fn with_int_long_arrays<R>(
+        self,
+        ints: jintArray,
+        longs: jlongArray,
+        f: impl FnOnce(&mut [i32], &[i64]) -> R,
+    ) -> Option<R> {
+        let ni = jni!(self, GetArrayLength, ints).max(0) as usize;
+        let nl = jni!(self, GetArrayLength, longs).max(0) as usize;
+        let pi = jni!(self, GetPrimitiveArrayCritical, ints, ptr::null_mut());
+        if pi.is_null() {
             self.clear_exception();
+            return None;
         }
-        result
+        let pl = jni!(self, GetPrimitiveArrayCritical, longs, ptr::null_mut());
+        if pl.is_null() {
+            jni!(self, ReleasePrimitiveArrayCritical, ints, pi, JNI_ABORT as jint);
+            self.clear_exception();
+            return None;
+        }
+        // SAFETY: both pointers are pinned primitive arrays of the lengths read above; they are distinct
+        // Java objects of different element types, so the slices do not alias.
+        let r = unsafe {
+            f(std::slice::from_raw_parts_mut(pi as *mut i32, ni), std::slice::from_raw_parts(pl as *const i64, nl))
+        };
+        jni!(self, ReleasePrimitiveArrayCritical, longs, pl, JNI_ABORT as jint);
+        jni!(self, ReleasePrimitiveArrayCritical, ints, pi, 0);
+        Some(r)
     }
 }

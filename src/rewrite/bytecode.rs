@@ -53,6 +53,7 @@ struct Refs {
     handler: u16,
     exit: u16,
     depth: u16,
+    leaf_depth: u16,
     mute: u16,
     unmute: u16,
 }
@@ -114,6 +115,7 @@ impl BytecodeTransform {
             handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({t}I)V")).map_err(full)?,
             exit: cp.add_methodref(RUNTIME_CLASS, "exit", &format!("({t}I)V")).map_err(full)?,
             depth: cp.add_methodref(RUNTIME_CLASS, "depth", &format!("({t})I")).map_err(full)?,
+            leaf_depth: cp.add_methodref(RUNTIME_CLASS, "leafDepth", &format!("({t})I")).map_err(full)?,
             mute: cp.add_methodref(RUNTIME_CLASS, "mute", "()V").map_err(full)?,
             unmute: cp.add_methodref(RUNTIME_CLASS, "unmute", "()V").map_err(full)?,
         };
@@ -275,7 +277,7 @@ impl MethodTransform for BytecodeTransform {
         } else {
             s.push_int(cp, id).invokestatic(cp, refs.enter);
         }
-        s.astore(state).aload(state).invokestatic(cp, refs.depth).istore(depth);
+        s.astore(state).aload(state).invokestatic(cp, if leaf { refs.leaf_depth } else { refs.depth }).istore(depth);
         editor.insert_prologue(s)?;
         let bytes = m.code.code;
         let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();

@@ -16,9 +16,12 @@ pub struct MethodName {
     pub descriptor: String,
 }
 
+/// (class, method, descriptor), as in the class file.
+type MethodKey = (Box<[u8]>, Box<[u8]>, Box<[u8]>);
+
 #[derive(Default)]
 struct Inner {
-    ids: HashMap<(Box<[u8]>, Box<[u8]>, Box<[u8]>), u32>,
+    ids: HashMap<MethodKey, u32>,
     names: Vec<MethodName>,
 }
 

@@ -24,6 +24,8 @@ pub enum Mode {
     Probe,
     /// No edit: classes are written back as they are (the control set of a verification run).
     None,
+    /// What mode=bytecode does (bytecode counting, granularity checks, the reified stack).
+    Bytecode,
 }
 
 impl Mode {
@@ -31,6 +33,7 @@ impl Mode {
         match s {
             "probe" => Some(Mode::Probe),
             "none" => Some(Mode::None),
+            "bytecode" => Some(Mode::Bytecode),
             _ => None,
         }
     }
@@ -39,6 +42,10 @@ impl Mode {
         match self {
             Mode::Probe => Box::new(probe::ProbeTransform::default()),
             Mode::None => Box::new(NoEdit),
+            Mode::Bytecode => Box::new(bytecode::BytecodeTransform::new(
+                bytecode::BytecodeConfig::default(),
+                std::sync::Arc::new(methods::MethodTable::new()),
+            )),
         }
     }
 }

@@ -209,7 +209,7 @@ impl BytecodeEngine {
         jni.register_natives(
             class,
             &[
-                ("deliver", "([I[I[IIIJI)V", deliver as *mut c_void),
+                ("deliver", "([I[JIIJI)V", deliver as *mut c_void),
                 ("threadRoot", "(Ljava/lang/String;)I", thread_root as *mut c_void),
             ],
         )?;
@@ -347,17 +347,15 @@ fn extract_runtime() -> Result<String, String> {
     Ok(path.display().to_string())
 }
 
-/// `Bc.deliver(int[] nodes, int[] methods, int[] sites, int from, int to, long weight, int root)`.
+/// `Bc.deliver(int[] nodes, long[] frames, int from, int to, long weight, int root)`: see `Bc.java`.
 ///
 /// # Safety
 /// Called by the JVM as a registered native method, with the calling thread's JNIEnv.
-#[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn deliver(
     env: *mut JNIEnv,
     _class: jclass,
     nodes: jintArray,
-    methods: jintArray,
-    sites: jintArray,
+    frames: jlongArray,
     from: jint,
     to: jint,
     weight: jlong,
@@ -368,32 +366,29 @@ unsafe extern "C" fn deliver(
     let jni = unsafe { Jni::from_raw(env) };
     let cct = engine.cct;
     let callsites = engine.config.callsites;
-    let delivered = jni.with_int_arrays(&[nodes, methods, sites], |arrays| {
-        let [nodes, methods, sites] = arrays else { return None };
+    let delivered = jni.with_int_long_arrays(nodes, frames, |nodes, frames| {
         let (from, to) = (from.max(0) as usize, to as usize);
-        if to >= nodes.len() || to >= methods.len() || to >= sites.len() || from > to {
+        if to >= nodes.len() || to >= frames.len() || from > to {
             return None;
         }
-        let mut node: NodeId = if from == 0 {
-            if root > 0 {
-                root as NodeId
-            } else {
-                ROOT
-            }
-        } else {
-            nodes[from - 1] as NodeId
+        let mut node: NodeId = match from {
+            0 if root > 0 => root as NodeId,
+            0 => ROOT,
+            _ => nodes[from - 1] as NodeId,
         };
         for i in from..=to {
-            let callsite = if i == 0 || !callsites { -1 } else { sites[i] };
-            node = cct.child(node, FrameId::method(methods[i] as u32), callsite).unwrap_or(cct.overflow());
+            let method = frames[i] as u32;
+            let callsite = if i == 0 || !callsites { -1 } else { (frames[i] >> 32) as i32 };
+            node = cct.child(node, FrameId::method(method), callsite).unwrap_or(cct.overflow());
             nodes[i] = node as i32;
         }
         Some(node)
     });
     if let Some(Some(node)) = delivered {
-        cct.add_sample(node, weight.max(0) as u64);
+        let weight = weight.max(0) as u64;
+        cct.add_sample(node, weight);
         engine.stats.samples.fetch_add(1, Ordering::Relaxed);
-        engine.stats.sampled_bytecodes.fetch_add(weight.max(0) as u64, Ordering::Relaxed);
+        engine.stats.sampled_bytecodes.fetch_add(weight, Ordering::Relaxed);
         if node == cct.overflow() {
             engine.stats.overflow.fetch_add(1, Ordering::Relaxed);
         }

@@ -14,7 +14,7 @@ import jdk.internal.vm.annotation.ForceInline;
  *   exception handlers:   aload T; iload D; invokestatic Bc.handler(TI)V         (before the block's helper)
  *   before each call:     aload T; ldc BCI; invokestatic Bc.site(TI)V            (with callsite=on)
  *   before each return:   aload T; iload D; invokestatic Bc.exit(TI)V
- *   leaf methods:         Bc.enterLeaf()T in the prologue, Bc.checkLeaf(TIII)V (with ID) for checks,
+ *   leaf methods:         Bc.enterLeaf()T and Bc.leafDepth(T)I in the prologue, Bc.checkLeaf(TIII)V (with ID) for checks,
  *                         nothing at returns: they never move the depth
  *   intrinsic candidates: not counted; invokestatic Bc.mute()V before and Bc.unmute()V after each call
  * </pre>
@@ -62,23 +62,26 @@ public final class Bc {
         if (d == t.muteArm) {
             return OFF;
         }
-        if (d + 1 >= t.methods.length) {
+        if (d + 1 >= t.frames.length) {
             t.grow(d + 1);
         }
-        t.methods[d] = method;
-        t.sites[d] = t.site;
+        t.frames[d] = T.frame(method, t.site);
         t.sp = d + 1;
-        t.depth = d;
         return t;
     }
 
-    /** Prologue, after {@link #enter} or {@link #enterLeaf}: the invocation's depth. A static call rather
-     *  than a field read, so that rewritten classes never resolve class T: resolving it in a class loader
-     *  other than the boot loader would run that loader's (rewritten) loadClass in the middle of the
-     *  prologue, before this invocation's depth is fixed. */
+    /** Prologue, after {@link #enter}: the invocation's depth. A static call rather than a field read,
+     *  so that rewritten classes never resolve class T: resolving it in a class loader other than the
+     *  boot loader would run that loader's (rewritten) loadClass in the middle of the prologue. */
     @ForceInline
     public static int depth(T t) {
-        return t.depth;
+        return t.sp - 1;
+    }
+
+    /** Prologue of a leaf method, after {@link #enterLeaf}: its depth (leaf methods leave sp alone). */
+    @ForceInline
+    public static int leafDepth(T t) {
+        return t.sp;
     }
 
     /** Prologue of a leaf method (one that calls nothing): the thread's state; the method names itself in
@@ -92,7 +95,6 @@ public final class Bc {
         if (t.sp == t.muteArm) {
             return OFF;
         }
-        t.depth = t.sp;
         return t;
     }
 
@@ -171,11 +173,10 @@ public final class Bc {
     @DontInline
     static void sampleLeaf(T t, int d, int method) {
         if (t != OFF && d >= 0) {
-            if (d + 1 >= t.methods.length) {
+            if (d + 1 >= t.frames.length) {
                 t.grow(d + 1);
             }
-            t.methods[d] = method;
-            t.sites[d] = t.site;
+            t.frames[d] = T.frame(method, t.site);
         }
         sample(t, d);
     }
@@ -233,30 +234,22 @@ public final class Bc {
         int p = gran + t.nextRandom(rand);
         t.period = p;
         t.counter = p;
-        int[] m = t.methods;
-        int[] s = t.sites;
-        if (d < 0 || d >= m.length) {
+        long[] f = t.frames;
+        if (d < 0 || d >= f.length) {
             return;
         }
-        if (t.cacheMethods.length <= d) {
-            int n = m.length;
-            t.cacheMethods = T.copy(t.cacheMethods, n);
-            t.cacheSites = T.copy(t.cacheSites, n);
-            t.cacheNodes = T.copy(t.cacheNodes, n);
+        if (t.cacheFrames.length <= d) {
+            t.growCache();
         }
-        int[] cm = t.cacheMethods;
-        int[] cs = t.cacheSites;
+        long[] cf = t.cacheFrames;
         int limit = t.cacheLength < d + 1 ? t.cacheLength : d + 1;
         int k = 0;
-        while (k < limit && cm[k] == m[k] && (k == 0 || cs[k] == s[k])) {
+        while (k < limit && cf[k] == f[k]) {
             k++;
         }
-        for (int i = k; i <= d; i++) {
-            cm[i] = m[i];
-            cs[i] = s[i];
-        }
+        System.arraycopy(f, k, cf, k, d + 1 - k);
         t.cacheLength = d + 1;
-        deliver(t.cacheNodes, cm, cs, k, d, weight, t.root);
+        deliver(t.cacheNodes, cf, k, d, weight, t.root);
     }
 
     /** Called by the agent when a thread ends (on that thread): forgets its state, keeps its count. */
@@ -306,9 +299,9 @@ public final class Bc {
     }
 
     /** Adds a sample of {@code weight} bytecodes: walks (or extends) the CCT from {@code nodes[from - 1]}
-     *  (or the thread's root) along {@code methods[from..to]} and {@code sites[from..to]}, storing each
-     *  node in {@code nodes}. */
-    private static native void deliver(int[] nodes, int[] methods, int[] sites, int from, int to, long weight, int root);
+     *  (or the thread's root) along {@code frames[from..to]} (see {@link T#frames}), storing each node in
+     *  {@code nodes}. */
+    private static native void deliver(int[] nodes, long[] frames, int from, int to, long weight, int root);
 
     /** The CCT node of a thread's root ({@code threads=on}). */
     private static native int threadRoot(String name);

@@ -20,14 +20,12 @@ public final class T {
     int muteArm = -1;
     /** Nesting of {@link Bc#mute} brackets. */
     int muteNest;
-    /** The depth {@link Bc#enter} just gave an invocation, read by its prologue through {@link Bc#depth}. */
-    int depth;
-    /** Method id at each depth. */
-    public int[] methods;
-    /** Callsite bci, in the caller, of the frame at each depth. */
-    public int[] sites;
-    /** The path of the last sample (methods, sites) and the CCT node of each of its depths. */
-    int[] cacheMethods, cacheSites, cacheNodes;
+    /** The reified stack: at each depth, the method id (low 32 bits) and the callsite bci in the caller
+     *  (high 32 bits). One array, so one store and one bounds check per invocation. */
+    long[] frames;
+    /** The path of the last sample and the CCT node of each of its depths. */
+    long[] cacheFrames;
+    int[] cacheNodes;
     int cacheLength;
     /** CCT node the samples of this thread hang below. */
     int root;
@@ -38,27 +36,36 @@ public final class T {
 
     T(long tid, int depth) {
         this.tid = tid;
-        this.methods = new int[depth];
-        this.sites = new int[depth];
-        this.cacheMethods = new int[depth];
-        this.cacheSites = new int[depth];
+        this.frames = new long[depth];
+        this.cacheFrames = new long[depth];
         this.cacheNodes = new int[depth];
     }
 
     /** Makes room for depth {@code d}: called when the reified stack is full (deep recursion). */
     void grow(int d) {
-        int n = methods.length;
+        int n = frames.length;
         while (n <= d) {
             n *= 2;
         }
-        methods = copy(methods, n);
-        sites = copy(sites, n);
+        long[] b = new long[n];
+        System.arraycopy(frames, 0, b, 0, frames.length);
+        frames = b;
     }
 
-    static int[] copy(int[] a, int n) {
-        int[] b = new int[n];
-        System.arraycopy(a, 0, b, 0, a.length);
-        return b;
+    /** Makes the path cache as long as the stack. */
+    void growCache() {
+        int n = frames.length;
+        long[] f = new long[n];
+        System.arraycopy(cacheFrames, 0, f, 0, cacheFrames.length);
+        int[] nodes = new int[n];
+        System.arraycopy(cacheNodes, 0, nodes, 0, cacheNodes.length);
+        cacheFrames = f;
+        cacheNodes = nodes;
+    }
+
+    /** A stack entry. */
+    static long frame(int method, int site) {
+        return ((long) site << 32) | (method & 0xffffffffL);
     }
 
     /** The next value in [0, bound) of the thread's generator (xorshift32). */
