@@ -85,6 +85,18 @@ pub struct Options {
     pub dump_ns: u64,
     /// Open the control socket (`kprof start|stop|dump|status`).
     pub control: bool,
+    /// bytecode: bytecodes between samples.
+    pub gran: u32,
+    /// bytecode: a random 0..rand added to each period.
+    pub rand: u32,
+    /// bytecode/exact: longest block and longest unchecked path, in bytecodes (0: no limit).
+    pub maxpath: u32,
+    /// bytecode/exact: keep callsites apart in the CCT.
+    pub callsite: bool,
+    /// bytecode/exact: only classes matching one of these patterns are rewritten (empty: all).
+    pub include: Vec<String>,
+    /// bytecode/exact: classes matching these patterns are not rewritten.
+    pub exclude: Vec<String>,
 }
 
 impl Default for Options {
@@ -102,6 +114,12 @@ impl Default for Options {
             duration_ns: 0,
             dump_ns: 0,
             control: true,
+            gran: 10_000,
+            rand: 100,
+            maxpath: 50,
+            callsite: true,
+            include: Vec::new(),
+            exclude: Vec::new(),
         }
     }
 }
@@ -122,7 +140,7 @@ impl fmt::Display for OptionError {
 /// Every option: key, accepted values, default, meaning. The help text and the README table come from
 /// here.
 pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
-    ("mode", "asgct | bytecode | exact", "asgct", "what to profile (bytecode and exact are not available yet)"),
+    ("mode", "asgct | bytecode | exact", "asgct", "what to profile (exact is not available yet)"),
     ("interval", "duration 10us..10s (ns, us, ms, s)", "10ms", "asgct: CPU time between samples of a thread"),
     ("timer", "auto | perf | ctimer | itimer", "auto", "asgct: perf if allowed, else ctimer; itimer only on request"),
     (
@@ -143,6 +161,22 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("cct_mb", "1..65536", "256", "calling context tree arena, MiB (pages are used lazily)"),
     ("duration", "duration (0 = until exit)", "0", "stop profiling after this long"),
     ("dump", "duration (0 = only at exit)", "0", "also write the profile at this interval while running"),
+    ("gran", "1..1000000000", "10000", "bytecode: bytecodes between two samples of a thread"),
+    ("rand", "0..1000000000", "100", "bytecode: a random 0..rand-1 added to each period (fixed seed: reproducible)"),
+    ("maxpath", "0..65535 (0 = no limit)", "50", "bytecode: longest block and longest path without a check, bytecodes"),
+    ("callsite", "on | off", "on", "bytecode: keep calls from different callsites apart"),
+    (
+        "include",
+        "class pattern, * and ? wildcards (repeatable, or :-separated)",
+        "all",
+        "bytecode: rewrite only matching classes",
+    ),
+    (
+        "exclude",
+        "class pattern, * and ? wildcards (repeatable, or :-separated)",
+        "none",
+        "bytecode: do not rewrite matching classes",
+    ),
     ("control", "on | off", "on", "open the control socket that kprof start/stop/dump/status use"),
     ("help", "(no value)", "", "print this help and exit"),
 ];
@@ -258,6 +292,19 @@ impl Options {
                 }
                 "threads" => o.threads = parse_switch(key, value)?,
                 "control" => o.control = parse_switch(key, value)?,
+                "callsite" => o.callsite = parse_switch(key, value)?,
+                "gran" => o.gran = parse_range(key, need()?, 1, 1_000_000_000)? as u32,
+                "rand" => o.rand = parse_range(key, need()?, 0, 1_000_000_000)? as u32,
+                "maxpath" => o.maxpath = parse_range(key, need()?, 0, 65535)? as u32,
+                "include" | "exclude" => {
+                    let v = need()?;
+                    let patterns = v.split(':').filter(|p| !p.is_empty()).map(str::to_string);
+                    if key == "include" {
+                        o.include.extend(patterns);
+                    } else {
+                        o.exclude.extend(patterns);
+                    }
+                }
                 "depth" => o.depth = parse_range(key, need()?, 1, 8192)? as u32,
                 "cct_mb" => o.cct_mb = parse_range(key, need()?, 1, 65536)? as u32,
                 "duration" | "dump" => {
@@ -295,13 +342,19 @@ impl Options {
             };
             o.files.push(OutputFile { path, format: fmt });
         }
-        if matches!(o.mode, Mode::Bytecode | Mode::Exact) {
+        if matches!(o.mode, Mode::Exact) {
             return Err(OptionError(format!(
                 "kprof: bad option 'mode={}': not available in this build yet; accepted: asgct",
                 o.mode.name()
             )));
         }
         Ok(o)
+    }
+
+    /// Whether the dotted class name `class` is to be rewritten under `include=`/`exclude=`.
+    pub fn class_selected(&self, class: &str) -> bool {
+        (self.include.is_empty() || self.include.iter().any(|p| glob(p, class)))
+            && !self.exclude.iter().any(|p| glob(p, class))
     }
 
     /// The metric views use: `metric=` or the mode's default.
@@ -311,6 +364,30 @@ impl Options {
             _ => Metric::Samples,
         })
     }
+}
+
+/// Matches `text` against `pattern`, where `*` matches any run of characters and `?` one character.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // Iterative matching with one backtrack point for the last `*`: linear for typical patterns.
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
 }
 
 /// Expands `%p` (pid), `%t` (seconds since the epoch at start) and `%n` (the number of the write: 1 for
@@ -371,7 +448,12 @@ mod tests {
         let cases = [
             ("bogus=1", "unknown option 'bogus'"),
             ("mode=fast", "'mode=fast'"),
-            ("mode=bytecode", "'mode=bytecode'"),
+            ("mode=exact", "'mode=exact'"),
+            ("gran=0", "'gran=0'"),
+            ("rand=-1", "'rand=-1'"),
+            ("maxpath=70000", "'maxpath=70000'"),
+            ("callsite=sometimes", "'callsite=sometimes'"),
+            ("include=", "'include='"),
             ("interval=5", "'interval=5'"),
             ("interval=1us", "'interval=1us'"),
             ("interval=20s", "'interval=20s'"),
@@ -400,6 +482,20 @@ mod tests {
         for (key, ..) in OPTIONS {
             assert!(h.contains(&format!("  {key} ")), "{key}");
         }
+    }
+
+    #[test]
+    fn class_patterns() {
+        assert!(glob("com.example.*", "com.example.a.B"));
+        assert!(glob("*Test", "a.FooTest"));
+        assert!(!glob("*Test", "a.FooTests"));
+        assert!(glob("a.?.C", "a.b.C"));
+        assert!(glob("*", ""));
+        let o = Options::parse(Some("mode=bytecode,include=a.*:b.*,exclude=a.internal.*")).unwrap();
+        assert!(o.class_selected("a.X") && o.class_selected("b.Y"));
+        assert!(!o.class_selected("a.internal.Z") && !o.class_selected("c.W"));
+        let all = Options::parse(Some("mode=bytecode")).unwrap();
+        assert!(all.class_selected("anything.At.All"));
     }
 
     #[test]

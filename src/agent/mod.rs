@@ -14,6 +14,7 @@ pub mod resolve;
 
 use crate::cct::{Cct, ROOT};
 use crate::engine::asgct::{timer::gettid, Sampler};
+use crate::engine::bytecode::BytecodeEngine;
 use crate::frame::FrameId;
 use crate::jvmti::bindings::*;
 use crate::jvmti::{vmstructs, JavaVm, Jni, Jvmti};
@@ -44,6 +45,8 @@ struct Session {
     ended: bool,
     /// When the next periodic dump is due.
     next_dump: Option<Instant>,
+    /// bytecode: bytecodes counted since each thread's last sample, read when the session ended.
+    residual: u64,
 }
 
 impl Session {
@@ -57,6 +60,7 @@ impl Session {
             writes: 0,
             ended: false,
             next_dump: None,
+            residual: 0,
         }
     }
 
@@ -186,7 +190,8 @@ fn create_agent(vm: JavaVm, options: Options) -> Result<&'static Agent, String> 
         control_path: OnceLock::new(),
     }));
     AGENT.set(agent).map_err(|_| "kprof: loaded twice")?;
-    agent.setup_events()?;
+    let mode = lock(&agent.session).options.clone();
+    agent.setup_events(&mode)?;
     Ok(agent)
 }
 
@@ -243,10 +248,15 @@ const SESSION_EVENTS: [jvmtiEvent; 4] =
     [JVMTI_EVENT_THREAD_START, JVMTI_EVENT_THREAD_END, JVMTI_EVENT_CLASS_PREPARE, JVMTI_EVENT_COMPILED_METHOD_LOAD];
 
 impl Agent {
-    fn setup_events(&self) -> Result<(), String> {
+    fn setup_events(&self, options: &Options) -> Result<(), String> {
         let potential =
             self.jvmti.potential_capabilities().map_err(|e| format!("kprof: GetPotentialCapabilities: {e}"))?;
         let mut caps = jvmtiCapabilities::default();
+        let rewriting = options.mode == Mode::Bytecode;
+        if rewriting {
+            BytecodeEngine::capabilities(&potential, &mut caps)
+                .map_err(|e| format!("kprof: mode={}: {e}", options.mode.name()))?;
+        }
         // Lets HotSpot record debug info at non-safepoint PCs (DebugNonSafepoints), so AsyncGetCallTrace
         // attributes compiled and inlined frames precisely.
         if potential.can_generate_compiled_method_load_events() != 0 {
@@ -261,9 +271,17 @@ impl Agent {
             ClassLoad: Some(on_class_load),
             ClassPrepare: Some(on_class_prepare),
             CompiledMethodLoad: Some(on_compiled_method_load),
+            ClassFileLoadHook: Some(on_class_file_load_hook),
             ..Default::default()
         };
         self.jvmti.set_event_callbacks(&callbacks).map_err(|e| format!("kprof: SetEventCallbacks: {e}"))?;
+        if rewriting {
+            BytecodeEngine::create(self.cct, self.jvmti, options)
+                .map_err(|e| format!("kprof: mode={}: {e}", options.mode.name()))?;
+            self.jvmti
+                .set_event(JVMTI_EVENT_CLASS_FILE_LOAD_HOOK, true)
+                .map_err(|e| format!("kprof: enabling ClassFileLoadHook: {e}"))?;
+        }
         // AsyncGetCallTrace refuses to walk stacks unless ClassLoad events are enabled.
         for e in [JVMTI_EVENT_VM_INIT, JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_CLASS_LOAD] {
             self.jvmti.set_event(e, true).map_err(|err| format!("kprof: enabling JVMTI event {e}: {err}"))?;
@@ -320,18 +338,27 @@ impl Agent {
                 session.running = true;
                 self.register_live_threads(jni, o.threads);
             }
-            Mode::Bytecode | Mode::Exact => {
+            Mode::Bytecode => {
+                let engine =
+                    BytecodeEngine::get().ok_or("kprof: mode=bytecode needs the agent loaded with mode=bytecode")?;
+                engine.start(jni, o.threads).map_err(|e| format!("kprof: mode=bytecode not started: {e}"))?;
                 session.running = true;
             }
+            Mode::Exact => return Err("kprof: mode=exact is not available yet".into()),
         }
         session.next_dump = (o.dump_ns > 0).then(|| session.started + Duration::from_nanos(o.dump_ns));
         let timer = session.sampler.map(|s| s.timer.name()).unwrap_or("none");
-        Ok(format!("ok state=running mode={} timer={timer} interval={}", o.mode.name(), format_interval(o.interval_ns)))
+        Ok(match o.mode {
+            Mode::Asgct => {
+                format!("ok state=running mode=asgct timer={timer} interval={}", format_interval(o.interval_ns))
+            }
+            _ => format!("ok state=running mode={} gran={} rand={}", o.mode.name(), o.gran, o.rand),
+        })
     }
 
     /// Ends the running session: stops sampling, writes its files, prints the summary. Returns the
     /// paths written.
-    fn stop_session(&self, jni: Option<Jni>) -> Result<Vec<String>, String> {
+    fn stop_session(&self, jni: Option<Jni>, restore: bool) -> Result<Vec<String>, String> {
         let job = {
             let mut session = lock(&self.session);
             if session.ended {
@@ -339,6 +366,12 @@ impl Agent {
             }
             if let Some(s) = session.sampler {
                 s.stop();
+            }
+            if session.options.mode == Mode::Bytecode {
+                if let (Some(engine), Some(jni)) = (BytecodeEngine::get(), jni) {
+                    session.residual = engine.residual(jni);
+                    engine.stop(jni, restore);
+                }
             }
             session.running = false;
             session.ended = true;
@@ -536,7 +569,7 @@ impl Agent {
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                guard((), || drop(self.stop_session(Some(jni))));
+                guard((), || drop(self.stop_session(Some(jni), false)));
                 continue;
             }
             if let Some(t) = next_dump.filter(|t| now >= *t) {
@@ -564,7 +597,9 @@ impl Agent {
     fn serve(&self, jni: Jni, stream: &std::os::unix::net::UnixStream) {
         let result = control::read_request(stream).and_then(|request| match request {
             control::Request::Status => Ok(self.status()),
-            control::Request::Stop => self.stop_session(Some(jni)).map(|files| format!("ok files={}", files.join(","))),
+            control::Request::Stop => {
+                self.stop_session(Some(jni), true).map(|files| format!("ok files={}", files.join(",")))
+            }
             control::Request::Dump(text) => {
                 let files = if text.is_empty() {
                     None
@@ -611,6 +646,33 @@ impl Agent {
             c.insert("threads_refused".into(), s.stats.threads_refused.load(Ordering::Relaxed));
             c.insert("sampled_cpu_ns".into(), s.sampled_cpu_ns());
         }
+        if o.mode == Mode::Bytecode {
+            meta.weight_unit = WeightUnit::Bytecodes;
+            meta.interval = o.gran as u64;
+            if let Some(e) = BytecodeEngine::get() {
+                let c = &mut meta.counters;
+                let st = &e.stats;
+                let sampled = st.sampled_bytecodes.load(Ordering::Relaxed);
+                c.insert("samples".into(), st.samples.load(Ordering::Relaxed));
+                c.insert("sampled_bytecodes".into(), sampled);
+                c.insert("residual_bytecodes".into(), session.residual);
+                c.insert("estimated_bytecodes".into(), sampled + session.residual);
+                c.insert("classes_seen".into(), st.classes_seen.load(Ordering::Relaxed));
+                c.insert("classes_rewritten".into(), st.classes_rewritten.load(Ordering::Relaxed));
+                c.insert("classes_retransformed".into(), st.classes_retransformed.load(Ordering::Relaxed));
+                c.insert("classes_filtered".into(), st.classes_filtered.load(Ordering::Relaxed));
+                c.insert("classes_failed".into(), st.classes_failed.load(Ordering::Relaxed));
+                c.insert("retransform_failures".into(), st.retransform_failures.load(Ordering::Relaxed));
+                c.insert("gran".into(), o.gran as u64);
+                c.insert("rand".into(), o.rand as u64);
+                let rs = lock(&e.rewrite_stats);
+                c.insert("methods_rewritten".into(), rs.methods_rewritten);
+                c.insert("methods_left_alone".into(), rs.left_alone_total());
+                for (reason, n) in &rs.left_alone {
+                    c.insert(format!("left_alone.{}", reason.name()), *n);
+                }
+            }
+        }
         let cs = self.cct.stats();
         meta.counters.insert("cct_nodes".into(), cs.nodes as u64);
         meta.counters.insert("cct_overflow_samples".into(), cs.overflow_samples);
@@ -625,7 +687,8 @@ impl Agent {
         let names = lock(&self.thread_names).clone();
         let profile = {
             let mut resolver = lock(&self.resolver);
-            resolver.profile(&snapshot, job.meta, &NameSources { jvmti: self.jvmti, jni, threads: &names })
+            let methods = BytecodeEngine::get().map(|e| &*e.methods);
+            resolver.profile(&snapshot, job.meta, &NameSources { jvmti: self.jvmti, jni, threads: &names, methods })
         };
         let mut written = Vec::new();
         for f in &job.files {
@@ -649,7 +712,7 @@ impl Agent {
         }
         let ended = lock(&self.session).ended;
         if !ended {
-            let _ = self.stop_session(Some(jni));
+            let _ = self.stop_session(Some(jni), false);
         }
     }
 }
@@ -664,6 +727,32 @@ fn absolute(path: &str) -> String {
 
 fn print_summary(meta: &Meta, interval_ns: u64, written: &[String], write_time: Duration) {
     let c = |k: &str| meta.counters.get(k).copied().unwrap_or(0);
+    if meta.mode == "bytecode" {
+        let reasons: Vec<String> = meta
+            .counters
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix("left_alone.").map(|r| format!("{r}:{v}")))
+            .collect();
+        let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
+        say(&format!(
+            "mode=bytecode gran={} rand={} samples={} bytecodes={} classes_rewritten={} retransformed={} filtered={} failed={} methods_rewritten={} left_alone={} ({}) overflow={} write_ms={} files={}",
+            c("gran"),
+            c("rand"),
+            c("samples"),
+            c("estimated_bytecodes"),
+            c("classes_rewritten"),
+            c("classes_retransformed"),
+            c("classes_filtered"),
+            c("classes_failed") + c("retransform_failures"),
+            c("methods_rewritten"),
+            c("methods_left_alone"),
+            if reasons.is_empty() { "none".to_string() } else { reasons.join(",") },
+            c("cct_overflow_samples"),
+            write_time.as_millis(),
+            files
+        ));
+        return;
+    }
     let samples = c("samples");
     let usable = if samples > 0 { 100.0 * c("usable_samples") as f64 / samples as f64 } else { 0.0 };
     let cpu_s = c("sampled_cpu_ns") as f64 / 1e9;
@@ -704,6 +793,14 @@ fn agent() -> Option<&'static Agent> {
     AGENT.get().copied()
 }
 
+/// The CCT node of thread `name`'s root (bytecode mode's `Bc.threadRoot`).
+pub fn thread_root_for(name: &str) -> u32 {
+    match agent() {
+        Some(a) => a.thread_root(name, true),
+        None => ROOT,
+    }
+}
+
 unsafe extern "C" fn on_vm_init(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thread: jthread) {
     guard((), || {
         if let Some(a) = agent() {
@@ -731,18 +828,63 @@ unsafe extern "C" fn on_thread_start(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, th
     })
 }
 
-unsafe extern "C" fn on_thread_end(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, _thread: jthread) {
+unsafe extern "C" fn on_thread_end(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thread: jthread) {
     guard((), || {
         if let Some(s) = Sampler::get() {
             s.unregister(gettid());
+        }
+        if let Some(e) = BytecodeEngine::get().filter(|e| e.is_active()) {
+            // SAFETY: the JVM passes the calling thread's JNIEnv.
+            e.thread_ended(unsafe { Jni::from_raw(jni) });
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn on_class_file_load_hook(
+    jvmti: *mut jvmtiEnv,
+    _jni: *mut JNIEnv,
+    _class_being_redefined: jclass,
+    _loader: jobject,
+    name: *const c_char,
+    _protection_domain: jobject,
+    class_data_len: jint,
+    class_data: *const u8,
+    new_class_data_len: *mut jint,
+    new_class_data: *mut *mut u8,
+) {
+    guard((), || {
+        let Some(engine) = BytecodeEngine::get() else { return };
+        if class_data.is_null() || class_data_len <= 0 || new_class_data.is_null() || new_class_data_len.is_null() {
+            return;
+        }
+        // SAFETY: the JVM passes a NUL-terminated name or NULL, and `class_data_len` bytes at `class_data`.
+        let name = (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) }.to_string_lossy());
+        // SAFETY: as above.
+        let data = unsafe { std::slice::from_raw_parts(class_data, class_data_len as usize) };
+        if let Some(out) = engine.transform(name.as_deref(), data) {
+            // SAFETY: the JVM passes its JVMTI environment.
+            let jvmti = unsafe { Jvmti::from_raw(jvmti) };
+            if let Ok(p) = jvmti.allocate_copy(&out) {
+                // SAFETY: the out-pointers are valid for the duration of the callback.
+                unsafe {
+                    *new_class_data_len = out.len() as jint;
+                    *new_class_data = p;
+                }
+            }
         }
     })
 }
 
 unsafe extern "C" fn on_class_load(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, _thread: jthread, _klass: jclass) {}
 
-unsafe extern "C" fn on_class_prepare(jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, _thread: jthread, klass: jclass) {
+unsafe extern "C" fn on_class_prepare(jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thread: jthread, klass: jclass) {
     guard((), || {
+        if let Some(e) = BytecodeEngine::get() {
+            // SAFETY: the JVM passes the calling thread's JNIEnv.
+            e.class_prepared(unsafe { Jni::from_raw(jni) }, klass);
+            return;
+        }
         // SAFETY: the JVM passes its JVMTI environment.
         let jvmti = unsafe { Jvmti::from_raw(jvmti) };
         drop(jvmti.class_methods(klass));

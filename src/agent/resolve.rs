@@ -24,6 +24,8 @@ pub struct NameSources<'a> {
     pub jni: Option<Jni>,
     /// Thread names by thread number (`threads=on`).
     pub threads: &'a [String],
+    /// Names of the method ids of rewritten code (bytecode and exact modes).
+    pub methods: Option<&'a crate::rewrite::methods::MethodTable>,
 }
 
 /// `Ljava/util/HashMap;` → `java.util.HashMap`; hidden classes lose their address suffix
@@ -54,7 +56,11 @@ impl Resolver {
             Some(FrameRef::Thread(n)) => {
                 Frame::thread(src.threads.get(n as usize).map(String::as_str).unwrap_or("unknown"))
             }
-            Some(FrameRef::Method(_)) | None => Frame::pseudo(Pseudo::UnknownMethod.name()),
+            Some(FrameRef::Method(id)) => match src.methods.and_then(|t| t.name(id)) {
+                Some(m) => Frame::java(&m.class.replace('/', "."), &m.name, &m.descriptor),
+                None => Frame::pseudo(Pseudo::UnknownMethod.name()),
+            },
+            None => Frame::pseudo(Pseudo::UnknownMethod.name()),
         };
         // Do not cache failures of jmethodIDs: nothing changes them, but they are cheap and rare.
         self.cache.insert(id, frame.clone());

@@ -22,12 +22,13 @@ usage: kprof rewrite [--roundtrip] [--mode MODE] [--out DIR] [--budget N] [--pol
   INPUT            a .class, .jar, .jmod or a directory of classes
   --roundtrip      decode and re-encode every class without edits; exit 1 naming each class that differs
   --mode MODE      apply the rewrite of MODE (probe: a helper call at every basic block and a prologue that
-                   stores a new local; none: no edit, for control sets); the default unless --roundtrip is
-                   given alone
+                   stores a new local; bytecode: what the agent's mode=bytecode does; none: no edit, for
+                   control sets); probe is the default unless --roundtrip is given alone
   --out DIR        write each rewritten class at its package path under DIR, with kprof's runtime classes
   --budget N       leave alone methods whose code would cross N bytes (default 8000, HotSpot's HugeMethodLimit)
-  --policy P       minimal (default: skip only what must never change: kprof's own classes, Object.<init>,
-                   empty finalize methods) or agent (the agent's skip list, DESIGN §4)
+  --policy P       minimal (skip only what must never change: kprof's own classes, Object.<init>, empty
+                   finalize methods; the default of probe and none) or agent (the agent's skip list, the
+                   default of bytecode)
   --quiet          print only the summary";
 
 /// The runtime helper classes that rewritten code calls, as built into kprof.
@@ -53,6 +54,7 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
         quiet: false,
         inputs: Vec::new(),
     };
+    let mut policy = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
@@ -60,7 +62,9 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
             "--roundtrip" => o.roundtrip = true,
             "--mode" => {
                 let v = value("--mode")?;
-                o.mode = Some(Mode::parse(&v).ok_or_else(|| format!("unknown mode '{v}' (accepted: probe, none)"))?);
+                o.mode = Some(
+                    Mode::parse(&v).ok_or_else(|| format!("unknown mode '{v}' (accepted: probe, bytecode, none)"))?,
+                );
             }
             "--out" => o.out = Some(PathBuf::from(value("--out")?)),
             "--budget" => {
@@ -68,11 +72,11 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
                 o.budget = v.parse().map_err(|_| format!("--budget: '{v}' is not a number"))?;
             }
             "--policy" => {
-                o.policy = match value("--policy")?.as_str() {
+                policy = Some(match value("--policy")?.as_str() {
                     "minimal" => SkipPolicy::minimal(),
                     "agent" => SkipPolicy::agent(),
                     v => return Err(format!("unknown policy '{v}' (accepted: minimal, agent)")),
-                }
+                })
             }
             "--quiet" | "-q" => o.quiet = true,
             "-h" | "--help" => return Err(String::new()),
@@ -89,6 +93,8 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
     if o.out.is_some() && o.mode.is_none() {
         return Err("--out needs --mode".into());
     }
+    o.policy =
+        policy.unwrap_or(if o.mode == Some(Mode::Bytecode) { SkipPolicy::agent() } else { SkipPolicy::minimal() });
     Ok(o)
 }
 

@@ -277,12 +277,67 @@ impl Jvmti {
         Some(self.take_string(value))
     }
 
+    /// Appends a jar (or directory) to the bootstrap class path.
+    pub fn add_to_bootstrap_search(self, path: &str) -> JvmtiResult<()> {
+        let c = CString::new(path).map_err(|_| JvmtiError(JVMTI_ERROR_ILLEGAL_ARGUMENT))?;
+        check(call!(self, AddToBootstrapClassLoaderSearch, c.as_ptr()))
+    }
+
+    pub fn is_modifiable_class(self, k: jclass) -> bool {
+        let mut b: jboolean = 0;
+        check(call!(self, IsModifiableClass, k, &mut b)).is_ok() && b != 0
+    }
+
+    pub fn retransform_classes(self, classes: &[jclass]) -> JvmtiResult<()> {
+        if classes.is_empty() {
+            return Ok(());
+        }
+        check(call!(self, RetransformClasses, classes.len() as jint, classes.as_ptr()))
+    }
+
+    pub fn all_modules(self) -> JvmtiResult<JvmtiBuf<jobject>> {
+        let mut n: jint = 0;
+        let mut p: *mut jobject = ptr::null_mut();
+        check(call!(self, GetAllModules, &mut n, &mut p))?;
+        Ok(JvmtiBuf { env: self, ptr: p, len: n.max(0) as usize })
+    }
+
+    /// Makes `module` read `to`.
+    pub fn add_module_reads(self, module: jobject, to: jobject) -> JvmtiResult<()> {
+        check(call!(self, AddModuleReads, module, to))
+    }
+
+    /// Copies `bytes` into memory JVMTI allocated (the form ClassFileLoadHook must return new bytes in).
+    pub fn allocate_copy(self, bytes: &[u8]) -> JvmtiResult<*mut u8> {
+        let mut p: *mut u8 = ptr::null_mut();
+        check(call!(self, Allocate, bytes.len() as jlong, &mut p))?;
+        // SAFETY: JVMTI returned `bytes.len()` writable bytes at `p`.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+        Ok(p)
+    }
+
+    pub fn set_native_method_prefix(self, prefix: &str) -> JvmtiResult<()> {
+        let c = CString::new(prefix).map_err(|_| JvmtiError(JVMTI_ERROR_ILLEGAL_ARGUMENT))?;
+        check(call!(self, SetNativeMethodPrefix, c.as_ptr()))
+    }
+
+    /// The identity hash code of an object.
+    pub fn object_hash(self, obj: jobject) -> JvmtiResult<i32> {
+        let mut h: jint = 0;
+        check(call!(self, GetObjectHashCode, obj, &mut h))?;
+        Ok(h)
+    }
+
     pub fn phase(self) -> JvmtiResult<jvmtiPhase> {
         let mut phase: jvmtiPhase = 0;
         check(call!(self, GetPhase, &mut phase))?;
         Ok(phase)
     }
 }
+
+/// A Java method called through JNI threw (the exception was cleared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JavaException;
 
 /// A JNI environment: valid only on the thread it belongs to, so it is neither `Send` nor `Sync`.
 #[derive(Clone, Copy)]
@@ -350,5 +405,124 @@ impl Jni {
 
     pub fn long_field(self, obj: jobject, field: jfieldID) -> i64 {
         jni!(self, GetLongField, obj, field)
+    }
+
+    /// A reference field's value (a new local reference, or null).
+    pub fn object_field(self, obj: jobject, field: jfieldID) -> jobject {
+        jni!(self, GetObjectField, obj, field)
+    }
+
+    /// The id of static method `name` with descriptor `sig`.
+    pub fn static_method_id(self, class: jclass, name: &str, sig: &str) -> Option<jmethodID> {
+        let (n, s) = (CString::new(name).ok()?, CString::new(sig).ok()?);
+        let id = jni!(self, GetStaticMethodID, class, n.as_ptr(), s.as_ptr());
+        if id.is_null() {
+            self.clear_exception();
+            return None;
+        }
+        Some(id)
+    }
+
+    /// Calls a static void method; a Java exception it throws is cleared and reported as `Err`.
+    pub fn call_static_void(self, class: jclass, method: jmethodID, args: &[jvalue]) -> Result<(), JavaException> {
+        jni!(self, CallStaticVoidMethodA, class, method, args.as_ptr());
+        if self.clear_exception() {
+            Err(JavaException)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Calls a static long method; a Java exception it throws is cleared and reported as `Err`.
+    pub fn call_static_long(self, class: jclass, method: jmethodID, args: &[jvalue]) -> Result<i64, JavaException> {
+        let v = jni!(self, CallStaticLongMethodA, class, method, args.as_ptr());
+        if self.clear_exception() {
+            Err(JavaException)
+        } else {
+            Ok(v)
+        }
+    }
+
+    /// Registers native method implementations: (name, descriptor, function pointer).
+    pub fn register_natives(self, class: jclass, methods: &[(&str, &str, *mut c_void)]) -> Result<(), String> {
+        let names: Vec<(CString, CString)> = methods
+            .iter()
+            .map(|(n, s, _)| (CString::new(*n).unwrap_or_default(), CString::new(*s).unwrap_or_default()))
+            .collect();
+        let table: Vec<JNINativeMethod> = names
+            .iter()
+            .zip(methods)
+            .map(|((n, s), (_, _, f))| JNINativeMethod {
+                name: n.as_ptr() as *mut c_char,
+                signature: s.as_ptr() as *mut c_char,
+                fnPtr: *f,
+            })
+            .collect();
+        let rc = jni!(self, RegisterNatives, class, table.as_ptr(), table.len() as jint);
+        if rc != 0 || self.clear_exception() {
+            return Err(format!("RegisterNatives failed ({rc})"));
+        }
+        Ok(())
+    }
+
+    /// The module of a class (JNI 9+).
+    pub fn module_of(self, class: jclass) -> jobject {
+        jni!(self, GetModule, class)
+    }
+
+    pub fn is_same_object(self, a: jobject, b: jobject) -> bool {
+        jni!(self, IsSameObject, a, b) != 0
+    }
+
+    pub fn new_global_ref(self, obj: jobject) -> jobject {
+        jni!(self, NewGlobalRef, obj)
+    }
+
+    /// The contents of a Java string (modified UTF-8 read as lossy UTF-8).
+    pub fn string(self, s: jstring) -> String {
+        if s.is_null() {
+            return String::new();
+        }
+        let chars = jni!(self, GetStringUTFChars, s, ptr::null_mut());
+        if chars.is_null() {
+            self.clear_exception();
+            return String::new();
+        }
+        // SAFETY: GetStringUTFChars returned a NUL-terminated buffer that we release right after copying.
+        let out = unsafe { CStr::from_ptr(chars) }.to_string_lossy().into_owned();
+        jni!(self, ReleaseStringUTFChars, s, chars);
+        out
+    }
+
+    /// Runs `f` on the elements of a Java `int[]` (writable) and a `long[]` (read-only), pinned without
+    /// copying where the JVM allows (`GetPrimitiveArrayCritical`). `f` must not call JNI. `None` if the
+    /// JVM could not pin them.
+    pub fn with_int_long_arrays<R>(
+        self,
+        ints: jintArray,
+        longs: jlongArray,
+        f: impl FnOnce(&mut [i32], &[i64]) -> R,
+    ) -> Option<R> {
+        let ni = jni!(self, GetArrayLength, ints).max(0) as usize;
+        let nl = jni!(self, GetArrayLength, longs).max(0) as usize;
+        let pi = jni!(self, GetPrimitiveArrayCritical, ints, ptr::null_mut());
+        if pi.is_null() {
+            self.clear_exception();
+            return None;
+        }
+        let pl = jni!(self, GetPrimitiveArrayCritical, longs, ptr::null_mut());
+        if pl.is_null() {
+            jni!(self, ReleasePrimitiveArrayCritical, ints, pi, JNI_ABORT as jint);
+            self.clear_exception();
+            return None;
+        }
+        // SAFETY: both pointers are pinned primitive arrays of the lengths read above; they are distinct
+        // Java objects of different element types, so the slices do not alias.
+        let r = unsafe {
+            f(std::slice::from_raw_parts_mut(pi as *mut i32, ni), std::slice::from_raw_parts(pl as *const i64, nl))
+        };
+        jni!(self, ReleasePrimitiveArrayCritical, longs, pl, JNI_ABORT as jint);
+        jni!(self, ReleasePrimitiveArrayCritical, ints, pi, 0);
+        Some(r)
     }
 }

@@ -5,7 +5,9 @@
 //! remaining method through a [`CodeEditor`], and writes the class. Every method left alone is counted by
 //! [`SkipReason`] in [`RewriteStats`].
 
+pub mod bytecode;
 pub mod input;
+pub mod methods;
 pub mod policy;
 pub mod probe;
 
@@ -22,6 +24,8 @@ pub enum Mode {
     Probe,
     /// No edit: classes are written back as they are (the control set of a verification run).
     None,
+    /// What mode=bytecode does (bytecode counting, granularity checks, the reified stack).
+    Bytecode,
 }
 
 impl Mode {
@@ -29,6 +33,7 @@ impl Mode {
         match s {
             "probe" => Some(Mode::Probe),
             "none" => Some(Mode::None),
+            "bytecode" => Some(Mode::Bytecode),
             _ => None,
         }
     }
@@ -37,6 +42,10 @@ impl Mode {
         match self {
             Mode::Probe => Box::new(probe::ProbeTransform::default()),
             Mode::None => Box::new(NoEdit),
+            Mode::Bytecode => Box::new(bytecode::BytecodeTransform::new(
+                bytecode::BytecodeConfig::default(),
+                std::sync::Arc::new(methods::MethodTable::new()),
+            )),
         }
     }
 }
@@ -64,6 +73,18 @@ pub trait MethodTransform {
         editor: &mut CodeEditor,
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError>;
+
+    /// A method the policy leaves alone because it is an intrinsic candidate. The JIT may run intrinsic
+    /// code instead of its bytecode, so whatever it calls runs only sometimes; a counting mode brackets
+    /// those calls so that they are never counted, whichever way the method runs. Default: no edit.
+    fn edit_intrinsic(
+        &mut self,
+        _m: &MethodInput<'_, '_>,
+        _editor: &mut CodeEditor,
+        _cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        Ok(())
+    }
 }
 
 /// The transform of [`Mode::None`].
@@ -113,6 +134,8 @@ pub struct RewriteStats {
     /// Abstract and native methods (no code: nothing to rewrite, not counted as left alone).
     pub methods_without_code: u64,
     pub methods_rewritten: u64,
+    /// Intrinsic candidates (left alone, so also in `left_alone`) whose calls a mode bracketed.
+    pub intrinsics_bracketed: u64,
     pub left_alone: BTreeMap<SkipReason, u64>,
 }
 
@@ -133,6 +156,7 @@ impl RewriteStats {
         self.methods += o.methods;
         self.methods_without_code += o.methods_without_code;
         self.methods_rewritten += o.methods_rewritten;
+        self.intrinsics_bracketed += o.intrinsics_bracketed;
         for (k, v) in &o.left_alone {
             *self.left_alone.entry(*k).or_default() += v;
         }
@@ -194,30 +218,46 @@ impl Rewriter {
                     continue;
                 }
             };
-            if let Some(r) = class_reason.or_else(|| self.policy.method_reason(&class, class_name, m)) {
+            let policy = class_reason.or_else(|| self.policy.method_reason(&class, class_name, m));
+            if let Some(r) = policy {
                 *stats.left_alone.entry(SkipReason::Policy(r)).or_default() += 1;
-                continue;
+                if r != PolicyReason::IntrinsicCandidate {
+                    continue;
+                }
             }
             let (Ok(ctx), Ok(name), Ok(descriptor)) =
                 (MethodContext::of(&class, i), class.member_name(m), class.member_descriptor(m))
             else {
-                *stats.left_alone.entry(SkipReason::Malformed).or_default() += 1;
+                if policy.is_none() {
+                    *stats.left_alone.entry(SkipReason::Malformed).or_default() += 1;
+                }
                 continue;
             };
             self.editor.begin(&code);
             let input = MethodInput { class_name, index: i, name, descriptor, access_flags, code: &code };
             let cp = &mut class.constant_pool;
-            let r = self.transform.edit_method(&input, &mut self.editor, cp);
+            let r = if policy.is_some() {
+                // Left alone, but a mode may still bracket the calls an intrinsic candidate makes.
+                self.transform.edit_intrinsic(&input, &mut self.editor, cp)
+            } else {
+                self.transform.edit_method(&input, &mut self.editor, cp)
+            };
             let start = self.buf.len();
             let r = r.and_then(|_| self.editor.finish(&code, &ctx, cp, &self.limits, false, &mut self.buf));
-            match r {
-                Ok(true) => {
+            match (r, policy) {
+                (Ok(true), None) => {
                     stats.methods_rewritten += 1;
                     self.edits.push(MethodEdit { method: i, range: start..self.buf.len() });
                 }
-                Ok(false) => {}
-                Err(EditError::Refused(r)) => *stats.left_alone.entry(SkipReason::Refused(r)).or_default() += 1,
-                Err(EditError::Malformed(_)) => *stats.left_alone.entry(SkipReason::Malformed).or_default() += 1,
+                (Ok(true), Some(_)) => {
+                    stats.intrinsics_bracketed += 1;
+                    self.edits.push(MethodEdit { method: i, range: start..self.buf.len() });
+                }
+                (Ok(false), _) | (Err(_), Some(_)) => {}
+                (Err(EditError::Refused(r)), None) => *stats.left_alone.entry(SkipReason::Refused(r)).or_default() += 1,
+                (Err(EditError::Malformed(_)), None) => {
+                    *stats.left_alone.entry(SkipReason::Malformed).or_default() += 1
+                }
             }
         }
         if self.edits.is_empty() && !class.constant_pool.has_appended() {

@@ -1,0 +1,348 @@
+//! The bytecode mode's rewrite (Komorium, seeds/000 §4–5): every basic block decrements the thread's
+//! bytecode counter by its instruction count; granularity checks sit only where Komorium §5.2 puts them
+//! (blocks that return or throw, blocks that call, loop headers) plus as few more as keep every path
+//! between two checks within MaxPath bytecodes; a reified stack of method ids is kept without
+//! instrumenting exits. The Java side is `java-runtime/src/kprof/runtime/Bc.java`, whose comment shows
+//! the inserted sequences.
+//!
+//! The depth protocol (see `Bc.java`): `enter` takes the depth the caller left and leaves depth + 1
+//! for callees, a normal return restores it, an exception handler re-asserts it. Leaf methods (no
+//! calls) never move the depth, skip the stack write in the prologue and name themselves only when a
+//! sample is due (Komorium §5.1).
+
+use std::sync::Arc;
+
+use super::methods::MethodTable;
+use super::{MethodInput, MethodTransform};
+use crate::classfile::blocks::{basic_blocks_into, Block, BlockRule, DEFAULT_MAX_PATH};
+use crate::classfile::code::{branch_target, for_each_switch_target, Instructions};
+use crate::classfile::edit::{CodeEditor, EditError, Refusal};
+use crate::classfile::opcodes::*;
+use crate::classfile::{ConstantPool, Error, Snippet, VType};
+
+pub const RUNTIME_CLASS: &str = "kprof/runtime/Bc";
+pub const STATE_CLASS: &str = "kprof/runtime/T";
+
+/// Options of the bytecode rewrite.
+#[derive(Clone, Copy, Debug)]
+pub struct BytecodeConfig {
+    /// Longest run of bytecodes between two granularity checks, and longest block (0: no limit).
+    pub max_path: u32,
+    /// Record the callsite of every call (the CCT then keeps callsites apart).
+    pub callsites: bool,
+    /// Komorium §5.1: leaf methods write their id only when they sample.
+    pub leaf_optimization: bool,
+}
+
+impl Default for BytecodeConfig {
+    fn default() -> Self {
+        BytecodeConfig { max_path: DEFAULT_MAX_PATH, callsites: true, leaf_optimization: true }
+    }
+}
+
+/// Constant-pool entries of one class.
+#[derive(Clone, Copy, Default)]
+struct Refs {
+    state_class: u16,
+    enter: u16,
+    enter_leaf: u16,
+    count: u16,
+    check: u16,
+    check_leaf: u16,
+    site: u16,
+    handler: u16,
+    exit: u16,
+    depth: u16,
+    leaf_depth: u16,
+    mute: u16,
+    unmute: u16,
+}
+
+/// What the block analysis found about one block.
+#[derive(Clone, Copy, Default)]
+struct BlockInfo {
+    /// Offset of the first call in the block, if any.
+    calls: bool,
+    /// Ends in a return or athrow.
+    terminates: bool,
+    /// Target of a backward edge (a loop header).
+    loop_header: bool,
+    check: bool,
+}
+
+pub struct BytecodeTransform {
+    pub config: BytecodeConfig,
+    methods: Arc<MethodTable>,
+    refs: Option<Refs>,
+    blocks: Vec<Block>,
+    info: Vec<BlockInfo>,
+    /// Successor block indices, flattened: `succ[succ_start[i]..succ_start[i + 1]]`.
+    succ: Vec<u32>,
+    succ_start: Vec<u32>,
+    marks: Vec<u8>,
+    snippet: Snippet,
+}
+
+impl BytecodeTransform {
+    pub fn new(config: BytecodeConfig, methods: Arc<MethodTable>) -> BytecodeTransform {
+        BytecodeTransform {
+            config,
+            methods,
+            refs: None,
+            blocks: Vec::new(),
+            info: Vec::new(),
+            succ: Vec::new(),
+            succ_start: Vec::new(),
+            marks: Vec::new(),
+            snippet: Snippet::new(),
+        }
+    }
+
+    fn refs(&mut self, cp: &mut ConstantPool<'_>) -> Result<Refs, EditError> {
+        if let Some(r) = self.refs {
+            return Ok(r);
+        }
+        let full = |_| EditError::Refused(Refusal::ConstantPoolFull);
+        let t = "Lkprof/runtime/T;";
+        let r = Refs {
+            state_class: cp.add_class(STATE_CLASS).map_err(full)?,
+            enter: cp.add_methodref(RUNTIME_CLASS, "enter", &format!("(I){t}")).map_err(full)?,
+            enter_leaf: cp.add_methodref(RUNTIME_CLASS, "enterLeaf", &format!("(){t}")).map_err(full)?,
+            count: cp.add_methodref(RUNTIME_CLASS, "count", &format!("({t}I)V")).map_err(full)?,
+            check: cp.add_methodref(RUNTIME_CLASS, "check", &format!("({t}II)V")).map_err(full)?,
+            check_leaf: cp.add_methodref(RUNTIME_CLASS, "checkLeaf", &format!("({t}III)V")).map_err(full)?,
+            site: cp.add_methodref(RUNTIME_CLASS, "site", &format!("({t}I)V")).map_err(full)?,
+            handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({t}I)V")).map_err(full)?,
+            exit: cp.add_methodref(RUNTIME_CLASS, "exit", &format!("({t}I)V")).map_err(full)?,
+            depth: cp.add_methodref(RUNTIME_CLASS, "depth", &format!("({t})I")).map_err(full)?,
+            leaf_depth: cp.add_methodref(RUNTIME_CLASS, "leafDepth", &format!("({t})I")).map_err(full)?,
+            mute: cp.add_methodref(RUNTIME_CLASS, "mute", "()V").map_err(full)?,
+            unmute: cp.add_methodref(RUNTIME_CLASS, "unmute", "()V").map_err(full)?,
+        };
+        self.refs = Some(r);
+        Ok(r)
+    }
+
+    fn block_of(&self, offset: i64) -> Option<usize> {
+        if offset < 0 {
+            return None;
+        }
+        let o = offset as u32;
+        let i = self.blocks.partition_point(|b| b.start <= o);
+        (i > 0 && o < self.blocks[i - 1].end).then(|| i - 1)
+    }
+
+    /// Block facts, the control-flow edges, and where the granularity checks go.
+    fn analyse(&mut self, code: &crate::classfile::Code<'_>) -> Result<(), Error> {
+        let bytes = code.code;
+        let n = self.blocks.len();
+        self.info.clear();
+        self.info.resize(n, BlockInfo::default());
+        self.succ.clear();
+        self.succ_start.clear();
+        let mut edges: Vec<(u32, u32)> = Vec::new();
+        let mut insns = Instructions::new(bytes);
+        for (i, b) in self.blocks.clone().iter().enumerate() {
+            let mut last = None;
+            for insn in insns.by_ref() {
+                let insn = insn?;
+                if is_invoke(insn.opcode) {
+                    self.info[i].calls = true;
+                }
+                last = Some(insn);
+                if insn.offset + insn.len >= b.end {
+                    break;
+                }
+            }
+            let Some(last) = last else { continue };
+            let op = last.opcode;
+            let mut add = |t: i64| -> Result<(), Error> {
+                match self.block_of(t) {
+                    Some(j) => {
+                        edges.push((i as u32, j as u32));
+                        Ok(())
+                    }
+                    None => Err(Error::new("branch target out of range", last.offset as usize)),
+                }
+            };
+            let falls_through =
+                !(is_return(op) || matches!(op, GOTO | GOTO_W | ATHROW | RET | TABLESWITCH | LOOKUPSWITCH));
+            if let Some(t) = branch_target(bytes, last.offset as usize)? {
+                add(t)?;
+            }
+            if matches!(op, TABLESWITCH | LOOKUPSWITCH) {
+                for_each_switch_target(bytes, last.offset as usize, &mut add)?;
+            }
+            if falls_through && (b.end as usize) < bytes.len() {
+                add(b.end as i64)?;
+            }
+            self.info[i].terminates = is_return(op) || op == ATHROW;
+        }
+        for e in code.exception_entries() {
+            let Some(h) = self.block_of(e.handler as i64) else { continue };
+            for (i, b) in self.blocks.iter().enumerate() {
+                if b.start < e.end as u32 && b.end > e.start as u32 {
+                    edges.push((i as u32, h as u32));
+                }
+            }
+        }
+        edges.sort_unstable();
+        edges.dedup();
+        // Predecessor lists, and loop headers: targets of edges that do not go forward.
+        let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for &(from, to) in &edges {
+            if to <= from {
+                self.info[to as usize].loop_header = true;
+            } else {
+                preds[to as usize].push(from);
+            }
+        }
+        // Checks at Komorium's places, then more where a forward path would run past MaxPath unchecked.
+        // `run[i]`: bytecodes executed since the last check when block i ends.
+        let max_path = if self.config.max_path == 0 { u32::MAX } else { self.config.max_path };
+        let mut run = vec![0u32; n];
+        for i in 0..n {
+            let info = &mut self.info[i];
+            info.check = info.calls || info.terminates || info.loop_header;
+            let entering = preds[i].iter().map(|&p| run[p as usize]).max().unwrap_or(0);
+            let insns = self.blocks[i].insns;
+            if !info.check && entering.saturating_add(insns) > max_path {
+                info.check = true;
+            }
+            run[i] = if info.check { insns } else { entering + insns };
+        }
+        Ok(())
+    }
+}
+
+impl BytecodeTransform {
+    /// Brackets every call of an intrinsic candidate with `Bc.mute()` / `Bc.unmute()`.
+    pub(crate) fn bracket_calls(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        let refs = self.refs(cp)?;
+        let insns: Vec<_> = Instructions::new(m.code.code).collect::<Result<_, _>>()?;
+        for (k, insn) in insns.iter().enumerate() {
+            if !is_invoke(insn.opcode) {
+                continue;
+            }
+            let s = &mut self.snippet;
+            s.clear();
+            s.invokestatic(cp, refs.mute);
+            editor.insert_before(insn.offset, s)?;
+            if let Some(next) = insns.get(k + 1) {
+                s.clear();
+                s.invokestatic(cp, refs.unmute);
+                editor.insert_before(next.offset, s)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl MethodTransform for BytecodeTransform {
+    fn edit_intrinsic(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        self.bracket_calls(m, editor, cp)
+    }
+
+    fn begin_class(&mut self, _: &crate::classfile::ClassFile<'_>) {
+        self.refs = None;
+    }
+
+    fn edit_method(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        basic_blocks_into(m.code, BlockRule::Komorium, self.config.max_path, &mut self.marks, &mut self.blocks)?;
+        self.analyse(m.code)?;
+        let refs = self.refs(cp)?;
+        let id = self.methods.id(m.class_name, m.name, m.descriptor) as i32;
+        let leaf = self.config.leaf_optimization && !self.info.iter().any(|b| b.calls);
+        let state = editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)?;
+        let depth = editor.add_local(VType::Integer).map_err(EditError::Refused)?;
+        let s = &mut self.snippet;
+        s.clear();
+        if leaf {
+            s.invokestatic(cp, refs.enter_leaf);
+        } else {
+            s.push_int(cp, id).invokestatic(cp, refs.enter);
+        }
+        s.astore(state).aload(state).invokestatic(cp, if leaf { refs.leaf_depth } else { refs.depth }).istore(depth);
+        editor.insert_prologue(s)?;
+        let bytes = m.code.code;
+        let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
+        let mut insns = Instructions::new(bytes).peekable();
+        for (i, b) in self.blocks.iter().enumerate() {
+            let info = self.info[i];
+            if !leaf && handlers.contains(&b.start) {
+                s.clear();
+                s.aload(state).iload(depth).invokestatic(cp, refs.handler);
+                editor.insert_before(b.start, s)?;
+            }
+            s.clear();
+            let n = b.insns as i32;
+            match (info.check, leaf) {
+                (true, true) => {
+                    s.aload(state).iload(depth).push_int(cp, n).push_int(cp, id).invokestatic(cp, refs.check_leaf)
+                }
+                (true, false) => s.aload(state).iload(depth).push_int(cp, n).invokestatic(cp, refs.check),
+                (false, _) => s.aload(state).push_int(cp, n).invokestatic(cp, refs.count),
+            };
+            editor.insert_before(b.start, s)?;
+            while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
+                if is_return(insn.opcode) && !leaf {
+                    s.clear();
+                    s.aload(state).iload(depth).invokestatic(cp, refs.exit);
+                    editor.insert_before(insn.offset, s)?;
+                } else if is_invoke(insn.opcode) && self.config.callsites {
+                    s.clear();
+                    s.aload(state).push_int(cp, insn.offset as i32).invokestatic(cp, refs.site);
+                    editor.insert_before(insn.offset, s)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classfile::ClassFile;
+    use crate::classfile::EditLimits;
+    use crate::rewrite::{RewriteStats, Rewriter, SkipPolicy};
+
+    /// A class file from the harness build, rewritten and parsed again.
+    fn harness_class(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("KPROF_HARNESS_CLASSES")).join(format!("kprof/harness/{name}.class"));
+        std::fs::read(path).unwrap()
+    }
+
+    #[test]
+    fn rewrites_harness_classes_and_names_every_method() {
+        let table = Arc::new(MethodTable::new());
+        let transform = BytecodeTransform::new(BytecodeConfig::default(), Arc::clone(&table));
+        let mut rw = Rewriter::with_transform(Box::new(transform), SkipPolicy::agent(), EditLimits::default());
+        let mut stats = RewriteStats::default();
+        for name in ["FixedWork", "Split3", "Deep", "ThreadSplit"] {
+            let data = harness_class(name);
+            let mut out = Vec::new();
+            assert!(rw.rewrite_class(&data, &mut out, &mut stats).unwrap(), "{name} unchanged");
+            let c = ClassFile::parse(&out).unwrap();
+            assert_eq!(c.methods.len(), ClassFile::parse(&data).unwrap().methods.len());
+        }
+        assert_eq!(stats.left_alone_total(), 0, "{:?}", stats.left_alone);
+        assert!(table.len() as u64 >= stats.methods_rewritten);
+        assert!((0..table.len() as u32).any(|i| table.name(i).unwrap().name == "fib"));
+    }
+}
