@@ -22,6 +22,8 @@ use crate::classfile::{ConstantPool, Error, Snippet, VType};
 
 pub const RUNTIME_CLASS: &str = "kprof/runtime/Bc";
 pub const STATE_CLASS: &str = "kprof/runtime/T";
+/// `iadd` (the opcode table names only the opcodes the engine branches on).
+const IADD_OPCODE: u8 = 96;
 
 /// Options of the bytecode rewrite.
 #[derive(Clone, Copy, Debug)]
@@ -45,15 +47,17 @@ impl Default for BytecodeConfig {
 struct Refs {
     state_class: u16,
     enter: u16,
+    enter_check: u16,
     enter_leaf: u16,
+    enter_leaf_check: u16,
     count: u16,
     check: u16,
     check_leaf: u16,
-    site: u16,
+    count_exit: u16,
+    check_exit: u16,
     handler: u16,
-    exit: u16,
-    depth: u16,
-    leaf_depth: u16,
+    sp_field: u16,
+    site_field: u16,
     mute: u16,
     unmute: u16,
 }
@@ -67,6 +71,8 @@ struct BlockInfo {
     terminates: bool,
     /// Target of a backward edge (a loop header).
     loop_header: bool,
+    /// Some edge (branch, fall-through, switch, exception) leads here.
+    entered: bool,
     check: bool,
 }
 
@@ -106,16 +112,18 @@ impl BytecodeTransform {
         let t = "Lkprof/runtime/T;";
         let r = Refs {
             state_class: cp.add_class(STATE_CLASS).map_err(full)?,
-            enter: cp.add_methodref(RUNTIME_CLASS, "enter", &format!("(I){t}")).map_err(full)?,
-            enter_leaf: cp.add_methodref(RUNTIME_CLASS, "enterLeaf", &format!("(){t}")).map_err(full)?,
+            enter: cp.add_methodref(RUNTIME_CLASS, "enter", &format!("(II){t}")).map_err(full)?,
+            enter_check: cp.add_methodref(RUNTIME_CLASS, "enterCheck", &format!("(II){t}")).map_err(full)?,
+            enter_leaf: cp.add_methodref(RUNTIME_CLASS, "enterLeaf", &format!("(I){t}")).map_err(full)?,
+            enter_leaf_check: cp.add_methodref(RUNTIME_CLASS, "enterLeafCheck", &format!("(II){t}")).map_err(full)?,
             count: cp.add_methodref(RUNTIME_CLASS, "count", &format!("({t}I)V")).map_err(full)?,
             check: cp.add_methodref(RUNTIME_CLASS, "check", &format!("({t}II)V")).map_err(full)?,
-            check_leaf: cp.add_methodref(RUNTIME_CLASS, "checkLeaf", &format!("({t}III)V")).map_err(full)?,
-            site: cp.add_methodref(RUNTIME_CLASS, "site", &format!("({t}I)V")).map_err(full)?,
+            check_leaf: cp.add_methodref(RUNTIME_CLASS, "checkLeaf", &format!("({t}II)V")).map_err(full)?,
+            count_exit: cp.add_methodref(RUNTIME_CLASS, "countExit", &format!("({t}II)V")).map_err(full)?,
+            check_exit: cp.add_methodref(RUNTIME_CLASS, "checkExit", &format!("({t}II)V")).map_err(full)?,
             handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({t}I)V")).map_err(full)?,
-            exit: cp.add_methodref(RUNTIME_CLASS, "exit", &format!("({t}I)V")).map_err(full)?,
-            depth: cp.add_methodref(RUNTIME_CLASS, "depth", &format!("({t})I")).map_err(full)?,
-            leaf_depth: cp.add_methodref(RUNTIME_CLASS, "leafDepth", &format!("({t})I")).map_err(full)?,
+            sp_field: cp.add_fieldref(STATE_CLASS, "sp", "I").map_err(full)?,
+            site_field: cp.add_fieldref(STATE_CLASS, "site", "I").map_err(full)?,
             mute: cp.add_methodref(RUNTIME_CLASS, "mute", "()V").map_err(full)?,
             unmute: cp.add_methodref(RUNTIME_CLASS, "unmute", "()V").map_err(full)?,
         };
@@ -191,6 +199,7 @@ impl BytecodeTransform {
         // Predecessor lists, and loop headers: targets of edges that do not go forward.
         let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
         for &(from, to) in &edges {
+            self.info[to as usize].entered = true;
             if to <= from {
                 self.info[to as usize].loop_header = true;
             } else {
@@ -269,15 +278,30 @@ impl MethodTransform for BytecodeTransform {
         let id = self.methods.id(m.class_name, m.name, m.descriptor) as i32;
         let leaf = self.config.leaf_optimization && !self.info.iter().any(|b| b.calls);
         let state = editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)?;
-        let depth = editor.add_local(VType::Integer).map_err(EditError::Refused)?;
+        // Leaf methods need no depth local: they read it when they sample.
+        let depth = if leaf { 0 } else { editor.add_local(VType::Integer).map_err(EditError::Refused)? };
+        // The prologue counts the first block when nothing leads back to it (it then runs exactly once).
+        let fold_first = !self.info.is_empty() && !self.info[0].entered;
+        let first = if fold_first { self.blocks[0].insns as i32 } else { 0 };
+        let first_checks = fold_first && self.info[0].check;
         let s = &mut self.snippet;
         s.clear();
-        if leaf {
-            s.invokestatic(cp, refs.enter_leaf);
-        } else {
-            s.push_int(cp, id).invokestatic(cp, refs.enter);
-        }
-        s.astore(state).aload(state).invokestatic(cp, if leaf { refs.leaf_depth } else { refs.depth }).istore(depth);
+        match (leaf, first_checks) {
+            (true, true) => {
+                s.push_int(cp, first).push_int(cp, id).invokestatic(cp, refs.enter_leaf_check).astore(state)
+            }
+            (true, false) => s.push_int(cp, first).invokestatic(cp, refs.enter_leaf).astore(state),
+            (false, c) => s
+                .push_int(cp, id)
+                .push_int(cp, first)
+                .invokestatic(cp, if c { refs.enter_check } else { refs.enter })
+                .astore(state)
+                .aload(state)
+                .getfield(cp, refs.sp_field)
+                .op(ICONST_M1)
+                .op(IADD_OPCODE)
+                .istore(depth),
+        };
         editor.insert_prologue(s)?;
         let bytes = m.code.code;
         let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
@@ -289,24 +313,34 @@ impl MethodTransform for BytecodeTransform {
                 s.aload(state).iload(depth).invokestatic(cp, refs.handler);
                 editor.insert_before(b.start, s)?;
             }
-            s.clear();
+            // A returning block that calls nothing restores the depth at its start (nothing in it can move
+            // the depth again), saving a helper at the return.
+            let exit_at_start = !leaf && info.terminates && !info.calls;
             let n = b.insns as i32;
-            match (info.check, leaf) {
-                (true, true) => {
-                    s.aload(state).iload(depth).push_int(cp, n).push_int(cp, id).invokestatic(cp, refs.check_leaf)
-                }
-                (true, false) => s.aload(state).iload(depth).push_int(cp, n).invokestatic(cp, refs.check),
-                (false, _) => s.aload(state).push_int(cp, n).invokestatic(cp, refs.count),
-            };
-            editor.insert_before(b.start, s)?;
+            if !(i == 0 && fold_first) || exit_at_start {
+                let n = if i == 0 && fold_first { 0 } else { n };
+                s.clear();
+                match (info.check && !(i == 0 && fold_first), leaf, exit_at_start) {
+                    (true, true, _) => {
+                        s.aload(state).push_int(cp, n).push_int(cp, id).invokestatic(cp, refs.check_leaf)
+                    }
+                    (true, false, false) => s.aload(state).iload(depth).push_int(cp, n).invokestatic(cp, refs.check),
+                    (true, false, true) => {
+                        s.aload(state).iload(depth).push_int(cp, n).invokestatic(cp, refs.check_exit)
+                    }
+                    (false, _, true) => s.aload(state).iload(depth).push_int(cp, n).invokestatic(cp, refs.count_exit),
+                    (false, _, false) => s.aload(state).push_int(cp, n).invokestatic(cp, refs.count),
+                };
+                editor.insert_before(b.start, s)?;
+            }
             while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
-                if is_return(insn.opcode) && !leaf {
+                if is_return(insn.opcode) && !leaf && !exit_at_start {
                     s.clear();
-                    s.aload(state).iload(depth).invokestatic(cp, refs.exit);
+                    s.aload(state).iload(depth).putfield(cp, refs.sp_field);
                     editor.insert_before(insn.offset, s)?;
                 } else if is_invoke(insn.opcode) && self.config.callsites {
                     s.clear();
-                    s.aload(state).push_int(cp, insn.offset as i32).invokestatic(cp, refs.site);
+                    s.aload(state).push_int(cp, insn.offset as i32).putfield(cp, refs.site_field);
                     editor.insert_before(insn.offset, s)?;
                 }
             }

@@ -361,7 +361,7 @@ unsafe extern "C" fn deliver(
     weight: jlong,
     root: jint,
 ) {
-    let Some(engine) = BytecodeEngine::get() else { return };
+    let Some(engine) = BytecodeEngine::get().filter(|e| e.is_active()) else { return };
     // SAFETY: the JVM passes the calling thread's JNIEnv.
     let jni = unsafe { Jni::from_raw(env) };
     let cct = engine.cct;

@@ -8,32 +8,39 @@ import jdk.internal.vm.annotation.ForceInline;
  * A rewritten method does, in this order:
  *
  * <pre>
- *   prologue:             ldc ID; invokestatic Bc.enter(I)T; astore T; aload T; invokestatic Bc.depth(T)I; istore D
+ *   prologue:             ldc ID; ldc N; invokestatic Bc.enter(II)T (or enterCheck); astore T;
+ *                         aload T; getfield T.sp; iconst_m1; iadd; istore D
  *   each basic block:     aload T; ldc N; invokestatic Bc.count(TI)V
  *                     or  aload T; iload D; ldc N; invokestatic Bc.check(TII)V    (count, then sample when due)
  *   exception handlers:   aload T; iload D; invokestatic Bc.handler(TI)V         (before the block's helper)
- *   before each call:     aload T; ldc BCI; invokestatic Bc.site(TI)V            (with callsite=on)
- *   before each return:   aload T; iload D; invokestatic Bc.exit(TI)V
- *   leaf methods:         Bc.enterLeaf()T and Bc.leafDepth(T)I in the prologue, Bc.checkLeaf(TIII)V (with ID) for checks,
- *                         nothing at returns: they never move the depth
+ *   before each call:     aload T; ldc BCI; putfield T.site                       (with callsite=on)
+ *   before each return:   aload T; iload D; putfield T.sp
+ *                         (a returning block without calls uses countExit/checkExit at its start instead)
+ *   leaf methods:         ldc N; invokestatic Bc.enterLeaf(I)T (or enterLeafCheck(II)T with ID); astore T;
+ *                         Bc.count(TI)V or Bc.checkLeaf(TII)V (with ID) in blocks; nothing at returns
  *   intrinsic candidates: not counted; invokestatic Bc.mute()V before and Bc.unmute()V after each call
  * </pre>
  *
- * where ID is the method's id, N the block's bytecode count, BCI the call's offset in the original
- * method, T and D two new locals (the thread's state and this invocation's depth in the reified stack).
- * The depth is kept without instrumenting exceptional exits: {@code enter} takes the depth {@code sp}
- * the caller left and leaves {@code sp = D + 1} for callees; a normal return restores {@code sp = D};
- * an exception handler re-asserts {@code sp = D + 1} for the frame that caught the exception.
+ * (The one-line helpers are field accesses, which the interpreter runs much faster than calls. The first
+ * field access of a class resolves T through the class's loader; {@code enter} has already moved the
+ * depth, so a loadClass that runs then nests under this invocation.)
+ *
+ * where ID is the method's id, N a block's bytecode count (the prologue counts the first block when
+ * nothing jumps back to it), BCI the call's offset in the original method, T and D new locals (the
+ * thread's state and this invocation's depth in the reified stack). The depth is kept without
+ * instrumenting exceptional exits: {@code enter} takes the depth {@code sp} the caller left and leaves
+ * {@code sp = D + 1} for callees; a normal return restores {@code sp = D}; an exception handler
+ * re-asserts {@code sp = D + 1} for the frame that caught the exception. Leaf methods never move it.
  *
  * <p>Everything here is leaf code: no allocation or JDK calls on the fast paths, nothing that can
  * recurse into rewritten code (the JDK classes it touches, Thread and System, are never rewritten).
  * Fast paths are {@code @ForceInline}, honoured for boot-class-path classes; slow paths are
- * {@code @DontInline}. Until the agent calls {@link #init}, every thread gets {@link #OFF}, a shared
- * state that never samples.
+ * {@code @DontInline}. While profiling is off, every thread gets {@link #OFF}, a shared state that never
+ * samples.
  */
 public final class Bc {
     /** Set by the agent once the runtime is ready; cleared when profiling stops. */
-    static boolean enabled;
+    static volatile boolean enabled;
     static int gran = 10_000;
     static int rand = 100;
     static boolean threadRoots;
@@ -50,14 +57,13 @@ public final class Bc {
 
     private Bc() {}
 
-    /** Prologue: the thread's state, with this method (and the callsite its caller recorded) at the
-     *  depth the caller left. */
+    /** This method (and the callsite its caller recorded) at the depth the caller left. */
     @ForceInline
-    public static T enter(int method) {
-        if (!enabled) {
+    static T push(int method) {
+        T t = current();
+        if (t == OFF) {
             return OFF;
         }
-        T t = current();
         int d = t.sp;
         if (d == t.muteArm) {
             return OFF;
@@ -70,30 +76,49 @@ public final class Bc {
         return t;
     }
 
-    /** Prologue, after {@link #enter}: the invocation's depth. A static call rather than a field read,
-     *  so that rewritten classes never resolve class T: resolving it in a class loader other than the
-     *  boot loader would run that loader's (rewritten) loadClass in the middle of the prologue. */
+    /** Prologue; also counts the first block's {@code n} bytecodes (0 when it is counted on its own). */
     @ForceInline
-    public static int depth(T t) {
-        return t.sp - 1;
+    public static T enter(int method, int n) {
+        T t = push(method);
+        t.counter -= n;
+        return t;
     }
 
-    /** Prologue of a leaf method, after {@link #enterLeaf}: its depth (leaf methods leave sp alone). */
+    /** Prologue whose first block has a granularity check. */
     @ForceInline
-    public static int leafDepth(T t) {
-        return t.sp;
+    public static T enterCheck(int method, int n) {
+        T t = push(method);
+        int c = t.counter - n;
+        t.counter = c;
+        if (c <= 0) {
+            sample(t, t.sp - 1);
+        }
+        return t;
     }
 
-    /** Prologue of a leaf method (one that calls nothing): the thread's state; the method names itself in
-     *  {@link #checkLeaf} only when a sample is due (Komorium §5.1). */
+    /** Prologue of a leaf method (one that calls nothing): the thread's state; the method names itself
+     *  only when it samples (Komorium §5.1). Counts the first block's {@code n} bytecodes. */
     @ForceInline
-    public static T enterLeaf() {
-        if (!enabled) {
+    public static T enterLeaf(int n) {
+        T t = current();
+        if (t == OFF || t.sp == t.muteArm) {
             return OFF;
         }
+        t.counter -= n;
+        return t;
+    }
+
+    /** {@link #enterLeaf} whose first block has a granularity check. */
+    @ForceInline
+    public static T enterLeafCheck(int n, int method) {
         T t = current();
-        if (t.sp == t.muteArm) {
+        if (t == OFF || t.sp == t.muteArm) {
             return OFF;
+        }
+        int c = t.counter - n;
+        t.counter = c;
+        if (c <= 0) {
+            sampleLeaf(t, method);
         }
         return t;
     }
@@ -116,18 +141,30 @@ public final class Bc {
 
     /** {@link #check} in leaf method {@code method}, which names itself only when it samples. */
     @ForceInline
-    public static void checkLeaf(T t, int d, int n, int method) {
+    public static void checkLeaf(T t, int n, int method) {
         int c = t.counter - n;
         t.counter = c;
         if (c <= 0) {
-            sampleLeaf(t, d, method);
+            sampleLeaf(t, method);
         }
     }
 
-    /** Before a call at offset {@code site} of the caller: the callee records it in {@link #enter}. */
+    /** A block that returns and calls nothing: counted, and the depth restored for the caller. */
     @ForceInline
-    public static void site(T t, int site) {
-        t.site = site;
+    public static void countExit(T t, int d, int n) {
+        t.counter -= n;
+        t.sp = d;
+    }
+
+    /** {@link #countExit} with the granularity check. */
+    @ForceInline
+    public static void checkExit(T t, int d, int n) {
+        int c = t.counter - n;
+        t.counter = c;
+        if (c <= 0) {
+            sample(t, d);
+        }
+        t.sp = d;
     }
 
     /** At an exception handler: callees of this frame take depth {@code d + 1} again, whatever depth the
@@ -144,34 +181,24 @@ public final class Bc {
      *  intrinsic is in use. So the counts do not depend on when the JIT compiled the caller. */
     @ForceInline
     public static void mute() {
-        if (enabled) {
-            T t = current();
-            if (t.muteNest++ == 0) {
-                t.muteArm = t.sp;
-            }
+        T t = current();
+        if (t.muteNest++ == 0) {
+            t.muteArm = t.sp;
         }
     }
 
     /** After that call returns. */
     @ForceInline
     public static void unmute() {
-        if (enabled) {
-            T t = current();
-            if (t.muteNest > 0 && --t.muteNest == 0) {
-                t.muteArm = -1;
-            }
+        T t = current();
+        if (t.muteNest > 0 && --t.muteNest == 0) {
+            t.muteArm = -1;
         }
     }
 
-    /** Before a return: the caller's next callee takes this depth again, even if the caller is not
-     *  rewritten (a skipped JDK method, a frame older than the rewrite). */
-    @ForceInline
-    public static void exit(T t, int d) {
-        t.sp = d;
-    }
-
     @DontInline
-    static void sampleLeaf(T t, int d, int method) {
+    static void sampleLeaf(T t, int method) {
+        int d = t.sp;
         if (t != OFF && d >= 0) {
             if (d + 1 >= t.frames.length) {
                 t.grow(d + 1);
@@ -194,6 +221,9 @@ public final class Bc {
     /** The state of thread {@code id}, created on its first rewritten invocation; moved to its bucket's head. */
     @DontInline
     static T lookup(long id) {
+        if (!enabled) {
+            return OFF;
+        }
         synchronized (LOCK) {
             int b = (int) id & (BUCKETS - 1);
             T prev = null;
@@ -296,6 +326,14 @@ public final class Bc {
     /** Called by the agent when profiling stops: rewritten code keeps running but counts nothing. */
     static void disable() {
         enabled = false;
+        synchronized (LOCK) {
+            for (int b = 0; b < BUCKETS; b++) {
+                for (T t = TABLE[b]; t != null; t = t.next) {
+                    endedResidual += (long) t.period - t.counter;
+                }
+                TABLE[b] = null;
+            }
+        }
     }
 
     /** Adds a sample of {@code weight} bytecodes: walks (or extends) the CCT from {@code nodes[from - 1]}

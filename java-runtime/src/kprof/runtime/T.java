@@ -15,7 +15,7 @@ public final class T {
     /** Depth the next invocation takes: the caller's depth plus one. */
     public int sp;
     /** Callsite of the call being made (callsite=on): written by the caller, read by the callee. */
-    int site;
+    public int site;
     /** Invocations entering at this depth count nothing (calls made by an intrinsic candidate); -1: none. */
     int muteArm = -1;
     /** Nesting of {@link Bc#mute} brackets. */
