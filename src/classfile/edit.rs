@@ -11,7 +11,8 @@
 //!   verification types (HotSpot checks they name a `new`), and type annotations on instructions.
 //!
 //! LineNumberTable and LocalVariable(Type)Table use the target map too, except that an entry starting at 0 still
-//! starts at 0 (the prologue belongs to the first line, and parameters are live in it).
+//! starts at 0 (the prologue belongs to the first line, and parameters are live in it). Other attributes inside
+//! `Code` (CharacterRangeTable and non-standard ones, which HotSpot ignores) are copied unchanged.
 //!
 //! Refusals ([`Refusal`]) leave the method unchanged: a branch that would need widening, code past 64 KB, code
 //! crossing the byte budget (HotSpot's HugeMethodLimit, 8000: past it the JIT never compiles the method).
