@@ -547,13 +547,10 @@ impl Agent {
                 None
             }
         };
-        let vm = self.vm;
         let spawned = std::thread::Builder::new().name("kprof-control".into()).spawn(move || {
             guard((), || {
-                let Some(jni) = vm.attach_daemon("kprof-control") else { return };
-                self.control_loop(jni, socket.as_ref());
+                self.control_loop(socket.as_ref());
                 drop(socket);
-                vm.detach();
             })
         });
         if let Err(e) = spawned {
@@ -561,7 +558,17 @@ impl Agent {
         }
     }
 
-    fn control_loop(&self, jni: Jni, socket: Option<&control::ControlSocket>) {
+    /// Runs `work` on this thread attached to the JVM (as a daemon, named kprof-control), detached again
+    /// afterwards. The thread waits detached: HotSpot's exit waits up to 300 ms for attached threads that
+    /// sit in native code, which an idle control thread would be.
+    fn attached<R>(&self, work: impl FnOnce(Jni) -> R) -> Option<R> {
+        let jni = self.vm.attach_daemon("kprof-control")?;
+        let r = guard(None, || Some(work(jni)));
+        self.vm.detach();
+        r
+    }
+
+    fn control_loop(&self, socket: Option<&control::ControlSocket>) {
         while !self.dead.load(Ordering::Acquire) {
             let (deadline, next_dump) = {
                 let s = lock(&self.session);
@@ -569,11 +576,11 @@ impl Agent {
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                guard((), || drop(self.stop_session(Some(jni), false)));
+                self.attached(|jni| drop(self.stop_session(Some(jni), false)));
                 continue;
             }
             if let Some(t) = next_dump.filter(|t| now >= *t) {
-                guard((), || drop(self.dump(Some(jni), None)));
+                self.attached(|jni| drop(self.dump(Some(jni), None)));
                 let mut s = lock(&self.session);
                 let interval = Duration::from_nanos(s.options.dump_ns.max(1));
                 s.next_dump = Some(t + interval).map(|n| if n < now { now + interval } else { n });
@@ -586,7 +593,9 @@ impl Agent {
             match socket {
                 Some(sock) => {
                     if let Some(stream) = sock.accept(wait) {
-                        guard((), || self.serve(jni, &stream));
+                        if self.attached(|jni| self.serve(jni, &stream)).is_none() {
+                            control::reply(&stream, Err("the JVM is shutting down".into()));
+                        }
                     }
                 }
                 None => std::thread::sleep(wait),

@@ -3,7 +3,7 @@
 //! Each Java thread gets its own timer ([`timer`]) when it is registered; the signal handler
 //! ([`Sampler::on_signal`]) runs on the sampled thread, asks AsyncGetCallTrace for its stack and adds the
 //! sample to the CCT. The handler allocates nothing, takes no lock and calls nothing but
-//! AsyncGetCallTrace, `gettid` and, for perf, one `ioctl` to re-arm.
+//! AsyncGetCallTrace and `gettid`.
 
 pub mod threads;
 pub mod timer;
@@ -79,8 +79,8 @@ fn find_asgct() -> Option<AsgctFn> {
 /// Whether the kernel lets this process open a per-thread perf cpu-clock event.
 fn perf_allowed(interval_ns: u64) -> Result<(), String> {
     match timer::perf_open(timer::gettid(), interval_ns) {
-        Ok(fd) => {
-            timer::perf_close(fd);
+        Ok(t) => {
+            timer::perf_close(t);
             Ok(())
         }
         Err(e) => Err(e.to_string()),
@@ -166,9 +166,10 @@ impl Sampler {
         // Publish the slot before the timer can fire.
         threads::activate(idx);
         let armed = match self.timer {
-            TimerKind::Perf => {
-                timer::perf_open(tid, self.interval_ns).map(|fd| slot.perf_fd.store(fd, Ordering::Release))
-            }
+            TimerKind::Perf => timer::perf_open(tid, self.interval_ns).map(|t| {
+                slot.perf_ring.store(t.ring, Ordering::Release);
+                slot.perf_fd.store(t.fd, Ordering::Release);
+            }),
             TimerKind::Ctimer => timer::ctimer_create(tid, self.interval_ns, idx as i32)
                 .map(|t| slot.ctimer.store(t + 1, Ordering::Release)),
             TimerKind::Itimer | TimerKind::Auto => Ok(()),
@@ -201,8 +202,9 @@ impl Sampler {
         let slot = &SLOTS[idx];
         threads::deactivate(idx);
         let fd = slot.perf_fd.swap(-1, Ordering::AcqRel);
+        let ring = slot.perf_ring.swap(0, Ordering::AcqRel);
         if fd >= 0 {
-            timer::perf_close(fd);
+            timer::perf_close(timer::PerfTimer { fd, ring });
         }
         let t = slot.ctimer.swap(0, Ordering::AcqRel);
         if t != 0 {
@@ -262,11 +264,14 @@ impl Sampler {
             }
             return;
         };
-        if slot.state.load(Ordering::Acquire) != ACTIVE || !self.is_running() {
+        // Claim the slot before checking that it is active: `threads::deactivate` sets the state and then
+        // waits for `busy` to clear (both SeqCst), so either it sees us busy and waits, or we see it ending.
+        if slot.busy.swap(true, Ordering::SeqCst) {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if slot.busy.swap(true, Ordering::AcqRel) {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        if slot.state.load(Ordering::SeqCst) != ACTIVE || !self.is_running() {
+            slot.busy.store(false, Ordering::Release);
             return;
         }
         let weight = match self.timer {
@@ -307,16 +312,13 @@ impl Sampler {
         if trace.num_frames > 0 {
             // SAFETY: AsyncGetCallTrace filled `num_frames` (<= depth) entries of the buffer.
             let stack = unsafe { std::slice::from_raw_parts(frames, (trace.num_frames as usize).min(depth as usize)) };
-            self.record_stack(root, stack, trace.num_frames as u32 >= depth, weight);
+            self.record_stack(slot, root, stack, trace.num_frames as u32 >= depth, weight);
             self.stats.usable.fetch_add(1, Ordering::Relaxed);
         } else {
             self.record_pseudo(root, Pseudo::from_asgct(trace.num_frames), weight);
         }
         if self.timer == TimerKind::Perf {
-            let fd = slot.perf_fd.load(Ordering::Acquire);
-            if fd >= 0 {
-                timer::perf_rearm(fd);
-            }
+            timer::perf_consume(slot.perf_ring.load(Ordering::Acquire));
         }
         slot.busy.store(false, Ordering::Release);
     }
@@ -328,14 +330,26 @@ impl Sampler {
     }
 
     /// Adds a stack (callee first, as AsyncGetCallTrace returns it) below `root`. Each frame's callsite
-    /// is the bci its caller was executing.
-    fn record_stack(&self, root: NodeId, stack: &[CallFrame], truncated: bool, weight: u64) {
-        let mut node = root;
-        if truncated {
-            node = self.cct.child(node, FrameId::pseudo(Pseudo::Truncated), -1).unwrap_or(self.cct.overflow());
-        }
-        for i in (0..stack.len()).rev() {
-            if node == self.cct.overflow() {
+    /// is the bci its caller was executing. Walks the CCT only from where the stack differs from the
+    /// thread's previous sample (Komorium's path cache): hash probes are cache misses, and consecutive
+    /// samples of a thread mostly share their outer frames.
+    fn record_stack(&self, slot: &threads::Slot, root: NodeId, stack: &[CallFrame], truncated: bool, weight: u64) {
+        let base = if truncated {
+            self.cct.child(root, FrameId::pseudo(Pseudo::Truncated), -1).unwrap_or(self.cct.overflow())
+        } else {
+            root
+        };
+        // SAFETY: we are the handler on the slot's own thread and hold its busy flag.
+        let path = unsafe { slot.path() };
+        let mut valid = if slot.path_base.load(Ordering::Relaxed) == base {
+            (slot.path_len.load(Ordering::Relaxed) as usize).min(path.len())
+        } else {
+            0
+        };
+        let mut node = base;
+        let mut len = 0;
+        for (k, i) in (0..stack.len()).rev().enumerate() {
+            if node == self.cct.overflow() || k >= path.len() {
                 break;
             }
             let f = stack[i];
@@ -347,8 +361,17 @@ impl Sampler {
             } else {
                 FrameId::jmethod(f.method_id as u64)
             };
-            node = self.cct.child(node, id, callsite).unwrap_or(self.cct.overflow());
+            if k < valid && path[k].frame == id.0 && path[k].callsite == callsite {
+                node = path[k].node;
+            } else {
+                valid = 0;
+                node = self.cct.child(node, id, callsite).unwrap_or(self.cct.overflow());
+                path[k] = threads::PathEntry { frame: id.0, callsite, node };
+            }
+            len = k + 1;
         }
+        slot.path_base.store(base, Ordering::Relaxed);
+        slot.path_len.store(if node == self.cct.overflow() { 0 } else { len as u32 }, Ordering::Relaxed);
         self.cct.add_sample(node, weight);
         self.stats.samples.fetch_add(1, Ordering::Relaxed);
     }

@@ -25,6 +25,15 @@ pub struct CallFrame {
     pub method_id: *mut std::ffi::c_void,
 }
 
+/// One level of a thread's last sampled path: the frame, its callsite and the CCT node they led to.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PathEntry {
+    pub frame: u64,
+    pub callsite: i32,
+    pub node: u32,
+}
+
 pub const FREE: u8 = 0;
 pub const ACTIVE: u8 = 1;
 pub const ENDING: u8 = 2;
@@ -38,15 +47,40 @@ pub struct Slot {
     pub env: AtomicPtr<std::ffi::c_void>,
     /// CCT node samples of this thread start from.
     pub root: AtomicU32,
-    /// perf descriptor, or -1.
+    /// perf descriptor, or -1, and the address of its ring buffer, or 0.
     pub perf_fd: AtomicI32,
+    pub perf_ring: AtomicUsize,
     /// ctimer id + 1, or 0.
     pub ctimer: AtomicUsize,
     /// The frame buffer (`frames_len` entries), allocated at registration and kept for reuse.
     pub frames: AtomicPtr<CallFrame>,
     pub frames_len: AtomicU32,
+    /// The thread's last sampled path (`frames_len` entries), so that the next sample only walks the CCT
+    /// from where it differs (consecutive samples of a thread share most of their stack).
+    path: AtomicPtr<PathEntry>,
+    /// Valid entries of `path`, and the node the path hangs from.
+    pub path_len: AtomicU32,
+    pub path_base: AtomicU32,
     /// CPU time of the thread when sampling of it began.
     pub cpu_start_ns: AtomicU64,
+}
+
+impl Slot {
+    /// The thread's last sampled path, for the handler.
+    ///
+    /// # Safety
+    /// Only the signal handler running on the slot's own thread may call this, while it holds the slot's
+    /// `busy` flag: nothing else reads or writes the path then. The buffer has `frames_len` entries and is
+    /// never freed.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn path(&self) -> &mut [PathEntry] {
+        let p = self.path.load(Ordering::Acquire);
+        if p.is_null() {
+            return &mut [];
+        }
+        // SAFETY: per the contract above.
+        unsafe { std::slice::from_raw_parts_mut(p, self.frames_len.load(Ordering::Acquire) as usize) }
+    }
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -57,9 +91,13 @@ const EMPTY_SLOT: Slot = Slot {
     env: AtomicPtr::new(std::ptr::null_mut()),
     root: AtomicU32::new(0),
     perf_fd: AtomicI32::new(-1),
+    perf_ring: AtomicUsize::new(0),
     ctimer: AtomicUsize::new(0),
     frames: AtomicPtr::new(std::ptr::null_mut()),
     frames_len: AtomicU32::new(0),
+    path: AtomicPtr::new(std::ptr::null_mut()),
+    path_len: AtomicU32::new(0),
+    path_base: AtomicU32::new(0),
     cpu_start_ns: AtomicU64::new(0),
 };
 
@@ -156,13 +194,18 @@ pub fn claim(tid: i32, env: *mut std::ffi::c_void, root: u32, depth: u32) -> Opt
         // when the slot was last freed. Slots are reused, so this happens at most once per slot.
         let buf: Box<[CallFrame]> =
             vec![CallFrame { lineno: 0, method_id: std::ptr::null_mut() }; depth as usize].into_boxed_slice();
+        let path: Box<[PathEntry]> =
+            vec![PathEntry { frame: 0, callsite: 0, node: 0 }; depth as usize].into_boxed_slice();
         slot.frames.store(Box::leak(buf).as_mut_ptr(), Ordering::Release);
+        slot.path.store(Box::leak(path).as_mut_ptr(), Ordering::Release);
         slot.frames_len.store(depth, Ordering::Release);
     }
+    slot.path_len.store(0, Ordering::Relaxed);
     slot.tid.store(tid, Ordering::Relaxed);
     slot.env.store(env, Ordering::Relaxed);
     slot.root.store(root, Ordering::Relaxed);
     slot.perf_fd.store(-1, Ordering::Relaxed);
+    slot.perf_ring.store(0, Ordering::Relaxed);
     slot.ctimer.store(0, Ordering::Relaxed);
     map_insert(tid, idx);
     Some(idx)
@@ -177,9 +220,9 @@ pub fn activate(idx: usize) {
 /// another CPU. Caller holds [`REGISTRY`].
 pub fn deactivate(idx: usize) {
     let slot = &SLOTS[idx];
-    slot.state.store(ENDING, Ordering::Release);
+    slot.state.store(ENDING, Ordering::SeqCst);
     let mut spins = 0u32;
-    while slot.busy.load(Ordering::Acquire) && spins < 1_000_000 {
+    while slot.busy.load(Ordering::SeqCst) && spins < 1_000_000 {
         std::hint::spin_loop();
         spins += 1;
     }

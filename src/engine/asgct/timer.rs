@@ -1,9 +1,10 @@
 //! The three timers that can drive asgct sampling, as thin wrappers over the Linux system calls.
 //!
 //! * perf: a per-thread `perf_event_open` software `cpu-clock` event. It is hrtimer based, so it honours
-//!   intervals below the kernel tick (HZ=250 here). Each overflow disables the event (`REFRESH 1`) and
-//!   queues the signal to the owning thread (`F_SETSIG`, `F_SETOWN_EX` with `F_OWNER_TID`); the handler
-//!   re-arms it. libc lacks these constants and the attribute struct, so they are declared here.
+//!   intervals below the kernel tick (HZ=250 here). Each overflow writes a record to the event's ring
+//!   buffer and queues the signal to the owning thread (`F_SETSIG`, `F_SETOWN_EX` with `F_OWNER_TID`);
+//!   the handler marks the ring read. libc lacks these constants and the attribute struct, so they are
+//!   declared here.
 //! * ctimer: a per-thread POSIX timer on the thread's CPU clock (`timer_create` with `SIGEV_THREAD_ID`).
 //!   Ticks with the scheduler: at most one expiry per tick, the rest reported as overruns.
 //! * itimer: the process-wide `setitimer(ITIMER_PROF)`: the signal lands on whichever thread is running.
@@ -19,8 +20,11 @@ const F_OWNER_TID: libc::c_int = 0;
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_RESET: libc::c_ulong = 0x2403;
-const PERF_EVENT_IOC_REFRESH: libc::c_ulong = 0x2402;
+/// Offsets of `data_head` and `data_tail` in `struct perf_event_mmap_page`.
+const MMAP_DATA_HEAD: usize = 1024;
+const MMAP_DATA_TAIL: usize = 1032;
 /// Bits of `perf_event_attr.flags`.
 const ATTR_DISABLED: u64 = 1 << 0;
 const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
@@ -81,9 +85,23 @@ pub fn thread_cpu_ns(tid: i32) -> Option<u64> {
     (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
+/// A per-thread perf cpu-clock event: its descriptor and its ring buffer (one metadata page and one
+/// data page). Each overflow writes an empty sample record and queues the signal; the handler consumes
+/// the records by moving `data_tail` (a plain store, no system call), and the event stays enabled.
+#[derive(Clone, Copy, Debug)]
+pub struct PerfTimer {
+    pub fd: i32,
+    pub ring: usize,
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
+}
+
 /// Opens a perf cpu-clock event on thread `tid` that signals that thread every `period_ns` of its CPU
-/// time. Returns the file descriptor; the event starts counting at once.
-pub fn perf_open(tid: i32, period_ns: u64) -> io::Result<i32> {
+/// time. The event starts counting at once.
+pub fn perf_open(tid: i32, period_ns: u64) -> io::Result<PerfTimer> {
     let attr = PerfEventAttr {
         kind: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
@@ -100,6 +118,17 @@ pub fn perf_open(tid: i32, period_ns: u64) -> io::Result<i32> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
+    let len = 2 * page_size();
+    // SAFETY: mapping the event's ring buffer: a fresh shared mapping of our own descriptor.
+    let ring =
+        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
+    if ring == libc::MAP_FAILED {
+        let err = io::Error::last_os_error();
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        return Err(err);
+    }
+    let timer = PerfTimer { fd, ring: ring as usize };
     let owner = FOwnerEx { kind: F_OWNER_TID, pid: tid };
     // SAFETY: `fd` is ours; the fcntl/ioctl arguments are plain integers or a valid pointer to `owner`.
     let ok = unsafe {
@@ -108,29 +137,37 @@ pub fn perf_open(tid: i32, period_ns: u64) -> io::Result<i32> {
             && libc::fcntl(fd, F_SETSIG, SIGNAL) == 0
             && libc::fcntl(fd, F_SETOWN_EX, &owner as *const FOwnerEx) == 0
             && libc::ioctl(fd, PERF_EVENT_IOC_RESET, 0) == 0
-            && libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) == 0
+            && libc::ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) == 0
     };
     if !ok {
         let err = io::Error::last_os_error();
-        perf_close(fd);
+        perf_close(timer);
         return Err(err);
     }
-    Ok(fd)
+    Ok(timer)
 }
 
-/// Re-arms a perf event for one more overflow. Async-signal-safe.
+/// Marks every record of the ring buffer as read, so the kernel keeps room for the next ones.
+/// Async-signal-safe: two memory accesses, no system call.
 #[inline]
-pub fn perf_rearm(fd: i32) {
-    // SAFETY: an ioctl on our own descriptor; a stale descriptor just fails.
+pub fn perf_consume(ring: usize) {
+    if ring == 0 {
+        return;
+    }
+    // SAFETY: `ring` is the live mapping of a perf ring buffer (unmapped only after the slot is
+    // deactivated); data_head and data_tail are aligned u64 fields of its metadata page.
     unsafe {
-        libc::ioctl(fd, PERF_EVENT_IOC_REFRESH, 1);
+        let head = std::ptr::read_volatile((ring + MMAP_DATA_HEAD) as *const u64);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        std::ptr::write_volatile((ring + MMAP_DATA_TAIL) as *mut u64, head);
     }
 }
 
-pub fn perf_close(fd: i32) {
-    // SAFETY: closing our own descriptor.
+pub fn perf_close(timer: PerfTimer) {
+    // SAFETY: unmapping our own ring buffer and closing our own descriptor.
     unsafe {
-        libc::close(fd);
+        libc::munmap(timer.ring as *mut libc::c_void, 2 * page_size());
+        libc::close(timer.fd);
     }
 }
 
