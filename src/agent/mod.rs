@@ -290,6 +290,25 @@ impl Agent {
         Ok(())
     }
 
+    /// The bytecode engine, created on first use: at Agent_OnLoad for mode=bytecode, or later (attach,
+    /// `kprof start mode=bytecode` in a JVM that started profiling another way), when the live-phase
+    /// capabilities allow it.
+    fn rewriting_engine(&self, options: &Options) -> Result<&'static BytecodeEngine, String> {
+        if let Some(e) = BytecodeEngine::get() {
+            return Ok(e);
+        }
+        let fail = |e: String| format!("kprof: mode={}: {e}", options.mode.name());
+        let potential = self.jvmti.potential_capabilities().map_err(|e| fail(e.to_string()))?;
+        let mut caps = jvmtiCapabilities::default();
+        BytecodeEngine::capabilities(&potential, &mut caps).map_err(fail)?;
+        self.jvmti.add_capabilities(&caps).map_err(|e| fail(format!("AddCapabilities: {e}")))?;
+        let engine = BytecodeEngine::create(self.cct, self.jvmti, options).map_err(fail)?;
+        self.jvmti
+            .set_event(JVMTI_EVENT_CLASS_FILE_LOAD_HOOK, true)
+            .map_err(|e| fail(format!("ClassFileLoadHook: {e}")))?;
+        Ok(engine)
+    }
+
     fn set_session_events(&self, on: bool) {
         for e in SESSION_EVENTS {
             // CompiledMethodLoad fails without its capability; nothing else depends on it.
@@ -339,8 +358,7 @@ impl Agent {
                 self.register_live_threads(jni, o.threads);
             }
             Mode::Bytecode => {
-                let engine =
-                    BytecodeEngine::get().ok_or("kprof: mode=bytecode needs the agent loaded with mode=bytecode")?;
+                let engine = self.rewriting_engine(&o)?;
                 engine.start(jni, o.threads).map_err(|e| format!("kprof: mode=bytecode not started: {e}"))?;
                 session.running = true;
             }
