@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use kprof::output::read_profile;
-use kprof::profile::{Metric, Profile};
+use kprof::profile::{Metric, Profile, WeightUnit};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -469,5 +469,46 @@ fn attach_with_duration_and_dump_writes_snapshots_and_stops_by_itself() {
         }
         assert!(n >= 3, "{n} snapshots in {}", dir.display());
         assert_still_reporting(&service, pid, Instant::now());
+    });
+}
+
+#[test]
+fn attach_in_bytecode_mode_rewrites_loaded_classes_and_stop_restores_them() {
+    require_root();
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("attach-bytecode-{}", jdk.label()));
+        let (service, pid) = start_service(jdk, &[], &[]);
+        wait_reports(&service, Duration::from_secs(5));
+        let t = Instant::now();
+        let (before, _, n) = rate_between(&service, t - Duration::from_millis(3100), t);
+        assert!(n >= 4, "too few baseline reports: {n}");
+
+        let file = dir.join("bc.collapsed");
+        let json = dir.join("bc.json");
+        let opts = format!("mode=bytecode,file={},file={}", file.display(), json.display());
+        let attach = kprof_at(&kprof_bin(), None, &["attach", &pid.to_string(), &opts]);
+        let f = fields(&attach);
+        assert_eq!((f["state"].as_str(), f["mode"].as_str()), ("running", "bytecode"), "{f:?}");
+        std::thread::sleep(Duration::from_secs(2));
+        let stop = kprof_at(&kprof_bin(), None, &["stop", &pid.to_string()]);
+        stop.assert_ok();
+        let stopped = Instant::now();
+
+        // Classes loaded before the attach were rewritten: the service's request path is in the profile
+        // (the frame that was already running when kprof attached keeps its old code, so stacks start below
+        // it), weighted in bytecodes.
+        let profile = check_profile(&json);
+        assert_eq!((profile.meta.mode.as_str(), profile.meta.weight_unit), ("bytecode", WeightUnit::Bytecodes));
+        let stacks = read_collapsed(&file);
+        let handled = count_where(&stacks, |s| has_frame(s, "kprof.harness.Service.handle(long)long"));
+        assert!(handled > 100, "{}: {handled} samples in Service.handle", jdk.label());
+
+        // After stop the classes are retransformed back: the service returns to its speed.
+        wait_reports(&service, stopped.duration_since(t) + Duration::from_secs(9));
+        let end = Instant::now();
+        let (after, _, n) = rate_between(&service, end - Duration::from_millis(3100), end);
+        assert!(n >= 4, "too few reports after stop: {n}");
+        assert_still_reporting(&service, pid, stopped);
+        assert!(after >= 0.85 * before, "{}: after stop {after:.0} ops/cpu-s, before {before:.0}", jdk.label());
     });
 }

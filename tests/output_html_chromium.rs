@@ -3,27 +3,13 @@
 //! staying cheap to draw. Needs Debian's `chromium` (scripts/install-test-deps installs it); set
 //! KPROF_CHROMIUM to use another binary.
 
+mod common;
+
 use kprof::output::html;
 use kprof::profile::{Frame, FrameKind, Meta, Metric, Profile, WeightUnit};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-
-fn chromium() -> PathBuf {
-    if let Ok(p) = std::env::var("KPROF_CHROMIUM") {
-        return PathBuf::from(p);
-    }
-    for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"] {
-        if Path::new(candidate).exists() {
-            return PathBuf::from(candidate);
-        }
-    }
-    panic!(
-        "headless Chromium not found (looked for /usr/bin/chromium): install it with scripts/install-test-deps \
-         (apt-get install -y --no-install-recommends chromium), or point KPROF_CHROMIUM at a Chromium binary"
-    );
-}
+use std::time::Instant;
 
 fn scratch() -> PathBuf {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -51,60 +37,9 @@ fn rendered_dom_driven(profile: &Profile, metric: Metric, hash: &str, driver: &s
     let html = html.replace("</body>", &format!("<script>{driver}</script></body>"));
     std::fs::write(&page, html).unwrap();
     let url = format!("file://{}{}", page.display(), if hash.is_empty() { String::new() } else { format!("#{hash}") });
-    let mut child = Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-extensions",
-            "--window-size=1280,800",
-            "--virtual-time-budget=5000",
-        ])
-        .arg(format!("--user-data-dir={}", dir.join("chromium-profile").display()))
-        .arg("--dump-dom")
-        .arg(&url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}; run scripts/install-test-deps", chromium().display()));
-    // Read stdout on another thread so a large DOM cannot fill the pipe while we wait.
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut s).map(|_| s)
-    });
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            child.kill().ok();
-            child.wait().ok();
-            panic!("chromium did not finish within 90 s on {url}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let dom = reader.join().unwrap().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).ok();
-    assert!(status.success(), "chromium failed on {url}: {status}\n{stderr}");
-    assert!(
-        dom.contains("data-ready=\"1\""),
-        "the page's script did not finish on {url}:\n{stderr}\n{}",
-        excerpt(&dom)
-    );
+    let dom = common::dump_dom(&url, &dir.join("chromium-profile"));
     std::fs::remove_dir_all(&dir).ok();
     dom
-}
-
-fn excerpt(s: &str) -> &str {
-    &s[..s.len().min(4000)]
 }
 
 /// How a frame name appears as text in the serialized DOM.

@@ -98,6 +98,9 @@ pub struct Agent {
     control_started: AtomicBool,
     /// The control socket's path, removed at VM death (the control thread does not outlive the VM).
     control_path: OnceLock<std::path::PathBuf>,
+    /// Global references to the system and platform class loaders: classes of other loaders can be
+    /// unloaded, so their methods are named as soon as they are prepared (asgct mode).
+    permanent_loaders: OnceLock<Vec<usize>>,
 }
 
 static AGENT: OnceLock<&'static Agent> = OnceLock::new();
@@ -188,6 +191,7 @@ fn create_agent(vm: JavaVm, options: Options) -> Result<&'static Agent, String> 
         dead: AtomicBool::new(false),
         control_started: AtomicBool::new(false),
         control_path: OnceLock::new(),
+        permanent_loaders: OnceLock::new(),
     }));
     AGENT.set(agent).map_err(|_| "kprof: loaded twice")?;
     let mode = lock(&agent.session).options.clone();
@@ -351,6 +355,7 @@ impl Agent {
         self.preallocate_method_ids(jni);
         match o.mode {
             Mode::Asgct => {
+                self.find_permanent_loaders(jni);
                 let sampler = Sampler::start(self.cct, o.timer, o.interval_ns, o.depth, &mut |n| say(&n))
                     .map_err(|e| format!("kprof: sampling not started: {e}"))?;
                 session.sampler = Some(sampler);
@@ -442,6 +447,49 @@ impl Agent {
             session.started.elapsed().as_millis(),
             files.join(",")
         )
+    }
+
+    fn find_permanent_loaders(&self, jni: Jni) {
+        if self.permanent_loaders.get().is_some() {
+            return;
+        }
+        let mut loaders = Vec::new();
+        if let Some(k) = jni.find_class("java/lang/ClassLoader") {
+            for name in ["getSystemClassLoader", "getPlatformClassLoader"] {
+                if let Some(m) = jni.static_method_id(k, name, "()Ljava/lang/ClassLoader;") {
+                    let l = jni.call_static_object(k, m, &[]);
+                    if !l.is_null() {
+                        loaders.push(jni.new_global_ref(l) as usize);
+                        jni.delete_local_ref(l);
+                    }
+                }
+            }
+            jni.delete_local_ref(k);
+        }
+        let _ = self.permanent_loaders.set(loaders);
+    }
+
+    /// ClassPrepare in asgct mode: jmethodIDs for the class's methods (AsyncGetCallTrace needs them), and
+    /// their names at once when the class's loader can be collected: a method whose class is unloaded
+    /// before the profile is written would otherwise show as `[unknown_method]`.
+    fn class_prepared(&self, jni: Jni, klass: jclass) {
+        let Ok(methods) = self.jvmti.class_methods(klass) else { return };
+        let Ok(loader) = self.jvmti.class_loader(klass) else { return };
+        if loader.is_null() {
+            return;
+        }
+        let permanent =
+            self.permanent_loaders.get().is_some_and(|ls| ls.iter().any(|&l| jni.is_same_object(loader, l as jobject)));
+        jni.delete_local_ref(loader);
+        if permanent || self.dead.load(Ordering::Acquire) {
+            return;
+        }
+        let names = lock(&self.thread_names).clone();
+        let sources = NameSources { jvmti: self.jvmti, jni: Some(jni), threads: &names, methods: None };
+        let mut resolver = lock(&self.resolver);
+        for &m in methods.as_slice() {
+            resolver.frame(FrameId::jmethod(m as u64), &sources);
+        }
     }
 
     /// Creates jmethodIDs for the methods of every class loaded so far.
@@ -912,9 +960,14 @@ unsafe extern "C" fn on_class_prepare(jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _t
             e.class_prepared(unsafe { Jni::from_raw(jni) }, klass);
             return;
         }
-        // SAFETY: the JVM passes its JVMTI environment.
-        let jvmti = unsafe { Jvmti::from_raw(jvmti) };
-        drop(jvmti.class_methods(klass));
+        match agent() {
+            // SAFETY: the JVM passes the calling thread's JNIEnv.
+            Some(a) => a.class_prepared(unsafe { Jni::from_raw(jni) }, klass),
+            None => {
+                // SAFETY: the JVM passes its JVMTI environment.
+                drop(unsafe { Jvmti::from_raw(jvmti) }.class_methods(klass));
+            }
+        }
     })
 }
 

@@ -321,6 +321,13 @@ impl Jvmti {
         check(call!(self, SetNativeMethodPrefix, c.as_ptr()))
     }
 
+    /// The class loader of a class (null for the boot loader).
+    pub fn class_loader(self, k: jclass) -> JvmtiResult<jobject> {
+        let mut l: jobject = ptr::null_mut();
+        check(call!(self, GetClassLoader, k, &mut l))?;
+        Ok(l)
+    }
+
     /// The identity hash code of an object.
     pub fn object_hash(self, obj: jobject) -> JvmtiResult<i32> {
         let mut h: jint = 0;
@@ -431,6 +438,15 @@ impl Jni {
         } else {
             Ok(())
         }
+    }
+
+    /// Calls a static method returning an object (a local reference, or null when it threw).
+    pub fn call_static_object(self, class: jclass, method: jmethodID, args: &[jvalue]) -> jobject {
+        let v = jni!(self, CallStaticObjectMethodA, class, method, args.as_ptr());
+        if self.clear_exception() {
+            return ptr::null_mut();
+        }
+        v
     }
 
     /// Calls a static long method; a Java exception it throws is cleared and reported as `Err`.

@@ -366,3 +366,56 @@ pub fn median(values: &[f64]) -> f64 {
         n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
+
+/// The headless Chromium binary (`KPROF_CHROMIUM`, else Debian's). Panics with the install command when
+/// there is none: the tests that need it must not pass silently.
+pub fn chromium() -> PathBuf {
+    if let Ok(p) = std::env::var("KPROF_CHROMIUM") {
+        return PathBuf::from(p);
+    }
+    for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"] {
+        if Path::new(candidate).exists() {
+            return PathBuf::from(candidate);
+        }
+    }
+    panic!(
+        "headless Chromium not found (looked for /usr/bin/chromium): install it with scripts/install-test-deps \
+         (apt-get install -y --no-install-recommends chromium), or point KPROF_CHROMIUM at a Chromium binary"
+    );
+}
+
+/// Loads `url` in headless Chromium (no network, a fresh profile in `profile_dir`) and returns the DOM
+/// after the page's scripts ran. Checks that the page's script finished (it sets `data-ready="1"`).
+pub fn dump_dom(url: &str, profile_dir: &Path) -> String {
+    let mut cmd = Command::new(chromium());
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--window-size=1280,800",
+        "--virtual-time-budget=5000",
+    ])
+    .arg(format!("--user-data-dir={}", profile_dir.display()))
+    .arg("--dump-dom")
+    .arg(url);
+    let run = run_with_timeout(cmd, Duration::from_secs(90));
+    assert!(run.status.success(), "chromium failed on {url}: {:?}\n{}", run.status, run.stderr);
+    assert!(run.stdout.contains("data-ready=\"1\""), "the page's script did not finish on {url}:\n{}", run.stderr);
+    run.stdout
+}
+
+/// Decodes a pprof file with the independent Python reader (tests/output_pprof/decode.py: Python
+/// protobuf and a profile.proto written from the format's documentation) and returns its JSON.
+pub fn decode_pprof(path: &Path) -> serde_json::Value {
+    let python = std::env::var("KPROF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/output_pprof/decode.py");
+    let out = Command::new(python).arg(script).arg(path).output().expect("run python3 (scripts/install-test-deps)");
+    assert!(out.status.success(), "decode.py failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("decode.py prints JSON")
+}
