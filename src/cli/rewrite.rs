@@ -63,7 +63,7 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
             "--mode" => {
                 let v = value("--mode")?;
                 o.mode = Some(
-                    Mode::parse(&v).ok_or_else(|| format!("unknown mode '{v}' (accepted: probe, bytecode, none)"))?,
+                    Mode::parse(&v).ok_or_else(|| format!("unknown mode '{v}' (accepted: probe, bytecode, exact, none)"))?,
                 );
             }
             "--out" => o.out = Some(PathBuf::from(value("--out")?)),
@@ -94,7 +94,7 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
         return Err("--out needs --mode".into());
     }
     o.policy =
-        policy.unwrap_or(if o.mode == Some(Mode::Bytecode) { SkipPolicy::agent() } else { SkipPolicy::minimal() });
+        policy.unwrap_or(if matches!(o.mode, Some(Mode::Bytecode | Mode::Exact)) { SkipPolicy::agent() } else { SkipPolicy::minimal() });
     Ok(o)
 }
 

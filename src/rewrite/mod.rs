@@ -6,8 +6,11 @@
 //! [`SkipReason`] in [`RewriteStats`].
 
 pub mod bytecode;
+pub mod exact;
+pub mod flow;
 pub mod input;
 pub mod methods;
+pub mod natives;
 pub mod policy;
 pub mod probe;
 
@@ -26,6 +29,8 @@ pub enum Mode {
     None,
     /// What mode=bytecode does (bytecode counting, granularity checks, the reified stack).
     Bytecode,
+    /// What mode=exact does (a node per calling context, bytecodes per context).
+    Exact,
 }
 
 impl Mode {
@@ -34,6 +39,7 @@ impl Mode {
             "probe" => Some(Mode::Probe),
             "none" => Some(Mode::None),
             "bytecode" => Some(Mode::Bytecode),
+            "exact" => Some(Mode::Exact),
             _ => None,
         }
     }
@@ -44,6 +50,10 @@ impl Mode {
             Mode::None => Box::new(NoEdit),
             Mode::Bytecode => Box::new(bytecode::BytecodeTransform::new(
                 bytecode::BytecodeConfig::default(),
+                std::sync::Arc::new(methods::MethodTable::new()),
+            )),
+            Mode::Exact => Box::new(exact::ExactTransform::new(
+                exact::ExactConfig::default(),
                 std::sync::Arc::new(methods::MethodTable::new()),
             )),
         }
