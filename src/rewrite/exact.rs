@@ -45,13 +45,13 @@ impl Default for ExactConfig {
 struct Refs {
     state_class: u16,
     node_class: u16,
+    state: u16,
     enter: u16,
     enter_leaf: u16,
     count: u16,
     count_exit: u16,
     exit: u16,
     handler: u16,
-    last_field: u16,
     site_field: u16,
     mute: u16,
     unmute: u16,
@@ -94,8 +94,9 @@ impl ExactTransform {
         let r = Refs {
             state_class: cp.add_class(STATE_CLASS).map_err(full)?,
             node_class: cp.add_class("[J").map_err(full)?,
+            state: cp.add_methodref(RUNTIME_CLASS, "state", &format!("(){s}")).map_err(full)?,
             enter: cp
-                .add_methodref(RUNTIME_CLASS, if bb { "enterBlocks" } else { "enter" }, &format!("(II){s}"))
+                .add_methodref(RUNTIME_CLASS, if bb { "enterBlocks" } else { "enter" }, &format!("({s}II)[J"))
                 .map_err(full)?,
             enter_leaf: cp
                 .add_methodref(RUNTIME_CLASS, if bb { "enterLeafBlocks" } else { "enterLeaf" }, "(II)[J")
@@ -106,7 +107,6 @@ impl ExactTransform {
                 .map_err(full)?,
             exit: cp.add_methodref(RUNTIME_CLASS, "exit", &format!("({s}[J)V")).map_err(full)?,
             handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({s}[J)V")).map_err(full)?,
-            last_field: cp.add_fieldref(STATE_CLASS, "last", "[J").map_err(full)?,
             site_field: cp.add_fieldref(STATE_CLASS, "site", "I").map_err(full)?,
             mute: cp.add_methodref(RUNTIME_CLASS, "mute", "()V").map_err(full)?,
             unmute: cp.add_methodref(RUNTIME_CLASS, "unmute", "()V").map_err(full)?,
@@ -129,12 +129,12 @@ impl ExactTransform {
         let node = editor.add_local(VType::Object(refs.node_class)).map_err(EditError::Refused)?;
         let s = &mut self.snippet;
         s.clear();
-        s.push_int(cp, id)
-            .push_int(cp, 0)
-            .invokestatic(cp, refs.enter)
+        s.invokestatic(cp, refs.state)
             .astore(state)
             .aload(state)
-            .getfield(cp, refs.last_field)
+            .push_int(cp, id)
+            .push_int(cp, 0)
+            .invokestatic(cp, refs.enter)
             .astore(node);
         editor.insert_prologue(s)?;
         for insn in Instructions::new(m.code.code) {
@@ -225,12 +225,12 @@ impl MethodTransform for ExactTransform {
         if leaf {
             s.push_int(cp, id).push_int(cp, arg).invokestatic(cp, refs.enter_leaf).astore(node);
         } else {
-            s.push_int(cp, id)
-                .push_int(cp, arg)
-                .invokestatic(cp, refs.enter)
+            s.invokestatic(cp, refs.state)
                 .astore(state)
                 .aload(state)
-                .getfield(cp, refs.last_field)
+                .push_int(cp, id)
+                .push_int(cp, arg)
+                .invokestatic(cp, refs.enter)
                 .astore(node);
         }
         editor.insert_prologue(s)?;

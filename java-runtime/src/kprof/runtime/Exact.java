@@ -9,8 +9,9 @@ import jdk.internal.vm.annotation.ForceInline;
  * its blocks execute ({@code bb=on}: a counter per basic block instead). A rewritten method does:
  *
  * <pre>
- *   prologue:             ldc ID; ldc N; invokestatic Exact.enter(II)S; astore S; aload S; getfield S.last; astore C
- *                         (bb=on: ldc ID; ldc BLOCKS; invokestatic Exact.enterBlocks(II)S ...)
+ *   prologue:             invokestatic Exact.state()S; astore S; aload S; ldc ID; ldc N;
+ *                         invokestatic Exact.enter(SII)[J; astore C
+ *                         (bb=on: ... ldc BLOCKS; invokestatic Exact.enterBlocks(SII)[J; astore C)
  *   each basic block:     aload C; ldc N; invokestatic Exact.count([JI)V          (bb=on: Exact.block([JI)V, block index)
  *   exception handlers:   aload S; aload C; invokestatic Exact.handler(S[J)V       (before the block's helper)
  *   before calls, new:    aload S; ldc BCI; putfield S.site                        (callsite=on)
@@ -62,43 +63,41 @@ public final class Exact {
     private static final Object LOCK = new Object();
     private static final int INITIAL_NODES = 1024;
 
-    static {
-        OFF.last = DUMMY;
-    }
-
     private Exact() {}
 
-    /** Prologue: this method's node under the caller's node and callsite; counts the call and the first
-     *  block's {@code n} bytecodes. Returns the thread's state with {@code last} = the node. */
+    /** Prologue, first: the thread's state (kept in a local for the exit, handler and callsite writes). */
     @ForceInline
-    public static ExactState enter(int method, int n) {
-        ExactState s = current();
+    public static ExactState state() {
+        return current();
+    }
+
+    /** Prologue, second: this method's node under the caller's node and callsite; counts the call and the
+     *  first block's {@code n} bytecodes. Leaves {@code cur} = the node for callees. */
+    @ForceInline
+    public static long[] enter(ExactState s, int method, int n) {
         int p = s.cur;
         if (s == OFF || p == s.muteArm) {
-            return OFF;
+            return DUMMY;
         }
         long[] c = s.child(p, method, 0);
         c[CALLS]++;
         c[BYTECODES] += n;
-        s.last = c;
         s.cur = (int) c[NODE];
-        return s;
+        return c;
     }
 
     /** {@link #enter} with {@code bb=on}: the node has {@code blocks} block counters; bytecodes are
      *  computed from them when the tree is written. */
     @ForceInline
-    public static ExactState enterBlocks(int method, int blocks) {
-        ExactState s = current();
+    public static long[] enterBlocks(ExactState s, int method, int blocks) {
         int p = s.cur;
         if (s == OFF || p == s.muteArm) {
-            return OFF;
+            return DUMMY;
         }
         long[] c = s.child(p, method, blocks);
         c[CALLS]++;
-        s.last = c;
         s.cur = (int) c[NODE];
-        return s;
+        return c;
     }
 
     /** Prologue of a leaf method (no calls, no {@code new}): its node; the current node stays the caller's. */

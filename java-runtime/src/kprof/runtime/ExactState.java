@@ -23,8 +23,6 @@ public final class ExactState {
     /** Callsite of the call being made (callsite=on): written by the caller, read by the callee; -1 for
      *  calls from native code. */
     public int site = -1;
-    /** The node {@link Exact#enter} entered last (the prologue copies it into a local). */
-    public long[] last;
     /** Invocations entering below this node count nothing (calls made by an intrinsic candidate); -1: none. */
     int muteArm = -1;
     /** Nesting of {@link Exact#mute} brackets. */
@@ -46,13 +44,12 @@ public final class ExactState {
 
     ExactState(long tid, int capacity) {
         this.tid = tid;
-        this.table = new long[capacity * 2][];
+        this.table = new long[capacity * 4][];
         this.nodes = new long[capacity][];
         long[] root = new long[Exact.BLOCKS];
         root[Exact.PARENT] = -1;
         nodes[0] = root;
         size = 1;
-        last = root;
     }
 
     /** The child of node {@code parent} for method {@code method} called from the current callsite, with
@@ -69,6 +66,7 @@ public final class ExactState {
         return find(parent, key, h, blocks);
     }
 
+    /** Two multiplies: a probe that misses costs a call, so the table is kept at most a quarter full. */
     @ForceInline
     static int hash(int parent, long key) {
         long x = (key + parent * 0x9E3779B97F4A7C15L) * 0xBF58476D1CE4E5B9L;
@@ -106,13 +104,13 @@ public final class ExactState {
         nodes[n] = c;
         size = n + 1;
         table[h] = c;
-        if (size * 2 > table.length) {
+        if (size * 4 > table.length) {
             rehash();
         }
         return c;
     }
 
-    /** Doubles the hash table (kept at most half full). */
+    /** Doubles the hash table (kept at most a quarter full). */
     private void rehash() {
         long[][] t = new long[table.length * 2][];
         int mask = t.length - 1;
