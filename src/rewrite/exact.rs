@@ -22,6 +22,7 @@ use crate::classfile::{ConstantPool, Snippet, VType};
 
 pub const RUNTIME_CLASS: &str = "kprof/runtime/Exact";
 pub const STATE_CLASS: &str = "kprof/runtime/ExactState";
+pub const NODE_CLASS: &str = "kprof/runtime/ExactNode";
 
 /// Options of the exact rewrite.
 #[derive(Clone, Copy, Debug)]
@@ -90,23 +91,24 @@ impl ExactTransform {
         }
         let full = |_| EditError::Refused(Refusal::ConstantPoolFull);
         let s = "Lkprof/runtime/ExactState;";
+        let c = "Lkprof/runtime/ExactNode;";
         let bb = self.config.blocks;
         let r = Refs {
             state_class: cp.add_class(STATE_CLASS).map_err(full)?,
-            node_class: cp.add_class("[J").map_err(full)?,
+            node_class: cp.add_class(NODE_CLASS).map_err(full)?,
             state: cp.add_methodref(RUNTIME_CLASS, "state", &format!("(){s}")).map_err(full)?,
             enter: cp
-                .add_methodref(RUNTIME_CLASS, if bb { "enterBlocks" } else { "enter" }, &format!("({s}II)[J"))
+                .add_methodref(RUNTIME_CLASS, if bb { "enterBlocks" } else { "enter" }, &format!("({s}II){c}"))
                 .map_err(full)?,
             enter_leaf: cp
-                .add_methodref(RUNTIME_CLASS, if bb { "enterLeafBlocks" } else { "enterLeaf" }, "(II)[J")
+                .add_methodref(RUNTIME_CLASS, if bb { "enterLeafBlocks" } else { "enterLeaf" }, &format!("(II){c}"))
                 .map_err(full)?,
-            count: cp.add_methodref(RUNTIME_CLASS, if bb { "block" } else { "count" }, "([JI)V").map_err(full)?,
+            count: cp.add_methodref(RUNTIME_CLASS, if bb { "block" } else { "count" }, &format!("({c}I)V")).map_err(full)?,
             count_exit: cp
-                .add_methodref(RUNTIME_CLASS, if bb { "blockExit" } else { "countExit" }, &format!("({s}[JI)V"))
+                .add_methodref(RUNTIME_CLASS, if bb { "blockExit" } else { "countExit" }, &format!("({s}{c}I)V"))
                 .map_err(full)?,
-            exit: cp.add_methodref(RUNTIME_CLASS, "exit", &format!("({s}[J)V")).map_err(full)?,
-            handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({s}[J)V")).map_err(full)?,
+            exit: cp.add_methodref(RUNTIME_CLASS, "exit", &format!("({s}{c})V")).map_err(full)?,
+            handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({s}{c})V")).map_err(full)?,
             site_field: cp.add_fieldref(STATE_CLASS, "site", "I").map_err(full)?,
             mute: cp.add_methodref(RUNTIME_CLASS, "mute", "()V").map_err(full)?,
             unmute: cp.add_methodref(RUNTIME_CLASS, "unmute", "()V").map_err(full)?,

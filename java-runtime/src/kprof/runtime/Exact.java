@@ -10,22 +10,22 @@ import jdk.internal.vm.annotation.ForceInline;
  *
  * <pre>
  *   prologue:             invokestatic Exact.state()S; astore S; aload S; ldc ID; ldc N;
- *                         invokestatic Exact.enter(SII)[J; astore C
- *                         (bb=on: ... ldc BLOCKS; invokestatic Exact.enterBlocks(SII)[J; astore C)
- *   each basic block:     aload C; ldc N; invokestatic Exact.count([JI)V          (bb=on: Exact.block([JI)V, block index)
- *   exception handlers:   aload S; aload C; invokestatic Exact.handler(S[J)V       (before the block's helper)
+ *                         invokestatic Exact.enter(SII)C; astore C
+ *                         (bb=on: ... ldc BLOCKS; invokestatic Exact.enterBlocks(SII)C; astore C)
+ *   each basic block:     aload C; ldc N; invokestatic Exact.count(CI)V           (bb=on: Exact.block(CI)V, block index)
+ *   exception handlers:   aload S; aload C; invokestatic Exact.handler(SC)V       (before the block's helper)
  *   before calls, new:    aload S; ldc BCI; putfield S.site                        (callsite=on)
- *   before each return:   aload S; aload C; invokestatic Exact.exit(S[J)V
+ *   before each return:   aload S; aload C; invokestatic Exact.exit(SC)V
  *                         (a returning block without calls uses countExit/blockExit at its start instead)
- *   leaf methods:         ldc ID; ldc N; invokestatic Exact.enterLeaf(II)[J; astore C; counts as above;
+ *   leaf methods:         ldc ID; ldc N; invokestatic Exact.enterLeaf(II)C; astore C; counts as above;
  *                         nothing at returns or handlers
  *   native wrappers:      enter as above with N = 0; before the call of the native: aload S; iconst_m1;
  *                         putfield S.site; exit before the return
  *   intrinsic candidates: not counted; invokestatic Exact.mute()V before and Exact.unmute()V after each call
  * </pre>
  *
- * where S is the thread's {@link ExactState} and C the invocation's node (a {@code long[]}, see
- * {@link ExactState}), both new locals; ID the method's id, N a block's bytecode count (the prologue
+ * where S is the thread's {@link ExactState} and C the invocation's {@link ExactNode}, both new
+ * locals; ID the method's id, N a block's bytecode count (the prologue
  * counts the first block when nothing jumps back to it), BCI the call's offset in the original method.
  *
  * <p>The current node is kept without instrumenting exceptional exits, like bytecode mode's depth:
@@ -45,15 +45,12 @@ import jdk.internal.vm.annotation.ForceInline;
  * is {@link #DUMMY}.
  */
 public final class Exact {
-    /** Slots of a node array. */
-    static final int CALLS = 0, BYTECODES = 1, KEY = 2, PARENT = 3, NODE = 4, BLOCKS = 5;
-
     /** Set by the agent once the runtime is ready; cleared when profiling stops. */
     static volatile boolean enabled;
     static boolean threadRoots;
     /** The node of invocations that count nothing (profiling off, or below an intrinsic candidate);
      *  written by every thread, never read. */
-    static final long[] DUMMY = new long[BLOCKS + 65536];
+    static final ExactNode DUMMY = new ExactNode(0, 0, 0, 65536);
     /** The state of threads while profiling is off. */
     static final ExactState OFF = new ExactState(0, 2);
 
@@ -74,96 +71,96 @@ public final class Exact {
     /** Prologue, second: this method's node under the caller's node and callsite; counts the call and the
      *  first block's {@code n} bytecodes. Leaves {@code cur} = the node for callees. */
     @ForceInline
-    public static long[] enter(ExactState s, int method, int n) {
+    public static ExactNode enter(ExactState s, int method, int n) {
         int p = s.cur;
         if (s == OFF || p == s.muteArm) {
             return DUMMY;
         }
-        long[] c = s.child(p, method, 0);
-        c[CALLS]++;
-        c[BYTECODES] += n;
-        s.cur = (int) c[NODE];
+        ExactNode c = s.child(p, method, 0);
+        c.calls++;
+        c.bytecodes += n;
+        s.cur = c.id;
         return c;
     }
 
     /** {@link #enter} with {@code bb=on}: the node has {@code blocks} block counters; bytecodes are
      *  computed from them when the tree is written. */
     @ForceInline
-    public static long[] enterBlocks(ExactState s, int method, int blocks) {
+    public static ExactNode enterBlocks(ExactState s, int method, int blocks) {
         int p = s.cur;
         if (s == OFF || p == s.muteArm) {
             return DUMMY;
         }
-        long[] c = s.child(p, method, blocks);
-        c[CALLS]++;
-        s.cur = (int) c[NODE];
+        ExactNode c = s.child(p, method, blocks);
+        c.calls++;
+        s.cur = c.id;
         return c;
     }
 
     /** Prologue of a leaf method (no calls, no {@code new}): its node; the current node stays the caller's. */
     @ForceInline
-    public static long[] enterLeaf(int method, int n) {
+    public static ExactNode enterLeaf(int method, int n) {
         ExactState s = current();
         int p = s.cur;
         if (s == OFF || p == s.muteArm) {
             return DUMMY;
         }
-        long[] c = s.child(p, method, 0);
-        c[CALLS]++;
-        c[BYTECODES] += n;
+        ExactNode c = s.child(p, method, 0);
+        c.calls++;
+        c.bytecodes += n;
         return c;
     }
 
     /** {@link #enterLeaf} with {@code bb=on}. */
     @ForceInline
-    public static long[] enterLeafBlocks(int method, int blocks) {
+    public static ExactNode enterLeafBlocks(int method, int blocks) {
         ExactState s = current();
         int p = s.cur;
         if (s == OFF || p == s.muteArm) {
             return DUMMY;
         }
-        long[] c = s.child(p, method, blocks);
-        c[CALLS]++;
+        ExactNode c = s.child(p, method, blocks);
+        c.calls++;
         return c;
     }
 
     /** A basic block of {@code n} bytecodes. */
     @ForceInline
-    public static void count(long[] c, int n) {
-        c[BYTECODES] += n;
+    public static void count(ExactNode c, int n) {
+        c.bytecodes += n;
     }
 
     /** Basic block {@code k} ({@code bb=on}). */
     @ForceInline
-    public static void block(long[] c, int k) {
-        c[BLOCKS + k]++;
+    public static void block(ExactNode c, int k) {
+        c.blocks[k]++;
     }
 
     /** Before a return: callees of the caller hang below the caller's node again. */
     @ForceInline
-    public static void exit(ExactState s, long[] c) {
-        s.cur = (int) c[PARENT];
+    public static void exit(ExactState s, ExactNode c) {
+        s.cur = c.parent;
     }
 
     /** A block that returns and calls nothing: counted, and the caller's node restored. */
     @ForceInline
-    public static void countExit(ExactState s, long[] c, int n) {
-        c[BYTECODES] += n;
-        s.cur = (int) c[PARENT];
+    public static void countExit(ExactState s, ExactNode c, int n) {
+        c.bytecodes += n;
+        s.cur = c.parent;
     }
 
     /** {@link #countExit} with {@code bb=on}. */
     @ForceInline
-    public static void blockExit(ExactState s, long[] c, int k) {
-        c[BLOCKS + k]++;
-        s.cur = (int) c[PARENT];
+    public static void blockExit(ExactState s, ExactNode c, int k) {
+        c.blocks[k]++;
+        s.cur = c.parent;
     }
 
     /** At an exception handler: callees of this invocation hang below its node again, whatever node the
      *  frames the exception unwound left behind. */
     @ForceInline
-    public static void handler(ExactState s, long[] c) {
-        s.cur = (int) c[NODE];
+    public static void handler(ExactState s, ExactNode c) {
+        s.cur = c.id;
         s.muteNest = 0;
         s.muteArm = -1;
     }
@@ -236,19 +233,19 @@ public final class Exact {
      * runs takes whatever values it sees, and the next merge adds the rest.
      */
     private static void merge(ExactState s, boolean last) {
-        long[][] nodes = s.nodes;
+        ExactNode[] nodes = s.nodes;
         int n = s.size;
         if (n > nodes.length) {
             n = nodes.length;
         }
         int total = 0;
         for (int i = 1; i < n; i++) {
-            long[] c = nodes[i];
+            ExactNode c = nodes[i];
             if (c == null) {
                 n = i;
                 break;
             }
-            total += 3 + c.length - BLOCKS;
+            total += 3 + (c.blocks == null ? 0 : c.blocks.length);
         }
         if (n <= 1) {
             return;
@@ -256,57 +253,44 @@ public final class Exact {
         int[] parents = new int[n];
         long[] keys = new long[n];
         long[] counts = new long[total];
-        long[][] merged = s.merged;
-        if (!last && (merged == null || merged.length < n)) {
-            long[][] bigger = new long[n][];
-            if (merged != null) {
-                System.arraycopy(merged, 0, bigger, 0, merged.length);
-            }
-            merged = bigger;
-            s.merged = merged;
-        }
+        int[] cct = new int[n];
+        cct[0] = s.root;
         int at = 0;
         for (int i = 1; i < n; i++) {
-            long[] c = nodes[i];
-            long[] m = merged != null && i < merged.length ? merged[i] : null;
-            if (m == null && !last) {
-                m = new long[c.length];
-                merged[i] = m;
+            ExactNode c = nodes[i];
+            parents[i] = c.parent;
+            keys[i] = c.key;
+            cct[i] = c.cct;
+            long calls = c.calls;
+            long bytecodes = c.bytecodes;
+            counts[at++] = calls - c.mergedCalls;
+            counts[at++] = bytecodes - c.mergedBytecodes;
+            if (!last) {
+                c.mergedCalls = calls;
+                c.mergedBytecodes = bytecodes;
             }
-            parents[i] = (int) c[PARENT];
-            keys[i] = c[KEY];
-            int blocks = c.length - BLOCKS;
-            counts[at++] = delta(c, m, CALLS, last);
-            counts[at++] = delta(c, m, BYTECODES, last);
-            counts[at++] = blocks;
-            for (int k = 0; k < blocks; k++) {
-                counts[at++] = delta(c, m, BLOCKS + k, last);
+            long[] blocks = c.blocks;
+            int nb = blocks == null ? 0 : blocks.length;
+            counts[at++] = nb;
+            if (nb > 0) {
+                long[] m = c.mergedBlocks;
+                if (m == null && !last) {
+                    m = new long[nb];
+                    c.mergedBlocks = m;
+                }
+                for (int k = 0; k < nb; k++) {
+                    long v = blocks[k];
+                    counts[at++] = m == null ? v : v - m[k];
+                    if (!last) {
+                        m[k] = v;
+                    }
+                }
             }
         }
-        int[] cct = s.cctNodes;
-        if (cct == null || cct.length < n) {
-            int[] bigger = new int[n];
-            if (cct != null) {
-                System.arraycopy(cct, 0, bigger, 0, cct.length);
-            }
-            cct = bigger;
-            s.cctNodes = cct;
-        }
-        cct[0] = s.root;
         merge(n, parents, keys, counts, cct);
-    }
-
-    /** The counter {@code k} of {@code c} minus its value at the last merge; remembers the new value. */
-    private static long delta(long[] c, long[] m, int k, boolean last) {
-        long v = c[k];
-        if (m == null) {
-            return v;
+        for (int i = 1; i < n; i++) {
+            nodes[i].cct = cct[i];
         }
-        long d = v - m[k];
-        if (!last) {
-            m[k] = v;
-        }
-        return d;
     }
 
     /** Called by the agent when a thread ends (on that thread): merges its tree and forgets its state. */
