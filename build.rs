@@ -6,6 +6,7 @@
 //! 2. Java sources: the java-harness programs (tests, demo, benchmarks) and the agent's runtime helper
 //!    classes are compiled with the JDK's `javac`; the helper classes are packed into a jar that the
 //!    agent library embeds.
+//! 3. The harness's JNI library (`java-harness/jni`), compiled with the C compiler (`$CC`, else `cc`).
 
 use std::env;
 use std::fs;
@@ -51,6 +52,24 @@ fn main() {
         }
     }
     println!("cargo:rustc-env=KPROF_HARNESS_CLASSES={}", harness.display());
+
+    // The JNI library of kprof.harness.NativeCallbacks (native code that calls back into Java), when a C
+    // compiler is at hand; the tests that need it say so when it is missing.
+    println!("cargo:rerun-if-changed=java-harness/jni");
+    let jni_lib = out.join("libkprof_harness_callbacks.so");
+    let built = Command::new(env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&jni_lib)
+        .arg(format!("-I{}", jdk.join("include").display()))
+        .arg(format!("-I{}", jdk.join("include/linux").display()))
+        .arg("java-harness/jni/kprof_harness_callbacks.c")
+        .status()
+        .is_ok_and(|s| s.success());
+    if built {
+        println!("cargo:rustc-env=KPROF_HARNESS_JNI_LIB={}", jni_lib.display());
+    } else {
+        println!("cargo:warning=no C compiler: kprof.harness.NativeCallbacks runs without its JNI part");
+    }
 }
 
 /// The JDK used to compile Java sources: `$JAVA_HOME`, else JDK 17 at its Debian path, else `javac` on PATH.

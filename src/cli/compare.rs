@@ -1,15 +1,16 @@
-//! `kprof compare A B [--metric M] [--top N]`: the overlap percentage of two profiles (JSON or collapsed
-//! stacks) and the calling contexts that differ most. The computation is in [`crate::output::compare`].
+//! `kprof compare A B [--metric M] [--top N] [--only PREFIX]`: the overlap percentage of two profiles
+//! (JSON or collapsed stacks) and the calling contexts that differ most, optionally projected onto the
+//! frames whose names start with PREFIX. The computation is in [`crate::output::compare`].
 
 use super::report::{option_value, parse_metric, parse_top};
-use crate::output::compare::{compare, Comparison, ContextShare};
+use crate::output::compare::{compare_with, CompareOptions, Comparison, ContextShare};
 use crate::output::read_profile;
 use crate::output::text::thousands;
 use crate::profile::{Metric, Profile};
 use std::path::Path;
 
-const USAGE: &str =
-    "usage: kprof compare A B [--metric M] [--metric-a M] [--metric-b M] [--top N] [--callsites] [--json]";
+const USAGE: &str = "usage: kprof compare A B [--metric M] [--metric-a M] [--metric-b M] [--top N] [--callsites] \
+                     [--only PREFIX]... [--json]";
 const DEFAULT_TOP: usize = 20;
 
 struct Args {
@@ -19,11 +20,20 @@ struct Args {
     top: usize,
     callsites: bool,
     json: bool,
+    /// Frame-name prefixes the contexts are projected onto (`--only`, repeatable).
+    only: Vec<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
-    let mut a =
-        Args { files: Vec::new(), metric_a: None, metric_b: None, top: DEFAULT_TOP, callsites: false, json: false };
+    let mut a = Args {
+        files: Vec::new(),
+        metric_a: None,
+        metric_b: None,
+        top: DEFAULT_TOP,
+        callsites: false,
+        json: false,
+        only: Vec::new(),
+    };
     let mut i = 0;
     while i < args.len() {
         if let Some(v) = option_value(args, &mut i, "--metric")? {
@@ -35,6 +45,11 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             a.metric_b = Some(parse_metric(v)?);
         } else if let Some(v) = option_value(args, &mut i, "--top")? {
             a.top = parse_top(v)?;
+        } else if let Some(v) = option_value(args, &mut i, "--only")? {
+            if v.is_empty() {
+                return Err("--only needs a frame-name prefix".into());
+            }
+            a.only.push(v.to_string());
         } else if args[i] == "--callsites" {
             a.callsites = true;
         } else if args[i] == "--json" {
@@ -93,6 +108,15 @@ fn text_output(args: &Args, a: &Profile, b: &Profile, c: &Comparison) -> String 
         100.0 * c.common_share_b,
         if c.callsites { "compared" } else { "ignored" }
     );
+    if !args.only.is_empty() {
+        let _ = writeln!(
+            out,
+            "projected onto frames starting with {}; left out (no such frame on the path): {} of A, {} of B",
+            args.only.join(" or "),
+            thousands(c.left_out_a),
+            thousands(c.left_out_b)
+        );
+    }
     if c.differ_most.is_empty() {
         let _ = writeln!(out, "\nno context differs in share");
         return out;
@@ -131,6 +155,7 @@ fn json_output(args: &Args, c: &Comparison, a: &Profile, b: &Profile) -> String 
         "a": args.files[0], "b": args.files[1],
         "metric_a": c.metric_a.name(a.meta.weight_unit), "metric_b": c.metric_b.name(b.meta.weight_unit),
         "callsites": c.callsites,
+        "only": args.only, "left_out_a": c.left_out_a, "left_out_b": c.left_out_b,
         "overlap_percent": c.overlap_percent,
         "total_a": c.total_a, "total_b": c.total_b,
         "contexts_a": c.contexts_a, "contexts_b": c.contexts_b, "common": c.common,
@@ -149,6 +174,8 @@ pub fn main(args: &[String]) -> i32 {
              --metric-a/-b M       the counter of one side (e.g. bytecode-mode samples against exact bytecodes)\n  \
              --top N               contexts listed (default {DEFAULT_TOP})\n  \
              --callsites           contexts that differ only by callsite count as different\n  \
+             --only PREFIX         keep only frames whose names start with PREFIX (repeatable); others count\n                        \
+             for the nearest kept frame above them, paths without one are left out\n  \
              --json                print the result as JSON",
             Metric::ACCEPTED
         );
@@ -174,7 +201,8 @@ pub fn main(args: &[String]) -> i32 {
     let (a, b) = (&profiles[0], &profiles[1]);
     let metric_a = args.metric_a.unwrap_or_else(|| a.default_metric());
     let metric_b = args.metric_b.unwrap_or_else(|| b.default_metric());
-    let c = compare(a, metric_a, b, metric_b, args.callsites, args.top);
+    let options = CompareOptions { callsites: args.callsites, top: args.top, only: args.only.clone() };
+    let c = compare_with(a, metric_a, b, metric_b, &options);
     for (file, total, p, m) in [(&args.files[0], c.total_a, a, metric_a), (&args.files[1], c.total_b, b, metric_b)] {
         if total == 0 {
             eprintln!("kprof compare: {file} has no {} (choose another --metric)", m.name(p.meta.weight_unit));
@@ -206,6 +234,9 @@ mod tests {
         assert_eq!((a.metric_a, a.metric_b), (Some(Metric::Calls), Some(Metric::Samples)));
         assert!(a.callsites && !a.json);
         assert_eq!(a.top, DEFAULT_TOP);
+        assert!(a.only.is_empty());
+        let a = parse_args(&strings(&["a", "b", "--only", "kprof.harness.", "--only=java.util."])).unwrap();
+        assert_eq!(a.only, ["kprof.harness.", "java.util."]);
     }
 
     #[test]
@@ -230,6 +261,8 @@ mod tests {
             &["a", "b", "--metric", "x"][..],
             &["a", "b", "--top", "-1"][..],
             &["a", "b", "--what"][..],
+            &["a", "b", "--only"][..],
+            &["a", "b", "--only="][..],
         ] {
             assert!(parse_args(&strings(args)).is_err(), "{args:?}");
             assert_eq!(main(&strings(args)), 2, "{args:?}");

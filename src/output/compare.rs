@@ -5,6 +5,12 @@
 //! for), so profiles from different runs, modes or files line up. With rce(C, X) = counter(C) / Σ counter
 //! in X, overlap(A, B) = Σ over contexts in both of min(rce(C, A), rce(C, B)): 100 % for identical
 //! distributions, 0 % for disjoint ones.
+//!
+//! A comparison can be *projected* onto some frames ([`CompareOptions::only`], name prefixes such as
+//! `kprof.harness.`): a context then keeps only those frames, the others are transparent (what they
+//! count goes to the context of the nearest kept frame above them), and counts with no kept frame on
+//! their path are left out of both totals. Profiles of one program on two JDKs differ in the JDK's
+//! own frames; projected onto the application's frames they can be compared.
 
 use crate::profile::{Metric, Profile};
 use std::collections::HashMap;
@@ -59,6 +65,28 @@ pub struct Comparison {
     /// The contexts that differ most, by |rce_a − rce_b| descending (at most `top`; contexts with equal
     /// shares are left out).
     pub differ_most: Vec<ContextShare>,
+    /// Counts left out of `total_a`/`total_b` because their path has no frame the projection keeps (0
+    /// without a projection).
+    pub left_out_a: u64,
+    pub left_out_b: u64,
+}
+
+/// How [`compare_with`] compares.
+#[derive(Clone, Debug, Default)]
+pub struct CompareOptions {
+    /// Keep contexts that differ only by callsite apart.
+    pub callsites: bool,
+    /// Bound of [`Comparison::differ_most`].
+    pub top: usize,
+    /// Project contexts onto the frames whose display name starts with one of these prefixes (see the
+    /// module comment); empty: every frame counts.
+    pub only: Vec<String>,
+}
+
+impl CompareOptions {
+    fn keeps(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| name.starts_with(p.as_str()))
+    }
 }
 
 /// Contexts of both profiles, keyed by (parent context, name id, callsite), with counts per side.
@@ -69,6 +97,8 @@ struct ContextTable {
     keys: Vec<(u32, u32, i32)>,
     ids: HashMap<(u32, u32, i32), u32>,
     counts: [Vec<u64>; 2],
+    /// Per side, counts whose path has no kept frame (projections only).
+    left_out: [u64; 2],
 }
 
 impl ContextTable {
@@ -79,16 +109,22 @@ impl ContextTable {
             keys: vec![(0, u32::MAX, -1)],
             ids: HashMap::new(),
             counts: [vec![0], vec![0]],
+            left_out: [0, 0],
         }
     }
 
-    fn add(&mut self, side: usize, profile: &Profile, metric: Metric, callsites: bool) {
-        let frame_names: Vec<u32> = profile
+    fn add(&mut self, side: usize, profile: &Profile, metric: Metric, options: &CompareOptions) {
+        let projected = !options.only.is_empty();
+        // Each frame's name id, or None for a frame the projection drops.
+        let frame_names: Vec<Option<u32>> = profile
             .frames
             .iter()
             .map(|f| {
                 let name = f.display_name();
-                match self.name_ids.get(&name) {
+                if !options.keeps(&name) {
+                    return None;
+                }
+                Some(match self.name_ids.get(&name) {
                     Some(&id) => id,
                     None => {
                         let id = self.names.len() as u32;
@@ -96,17 +132,26 @@ impl ContextTable {
                         self.name_ids.insert(name, id);
                         id
                     }
-                }
+                })
             })
             .collect();
         // (profile node, its context)
         let mut work = vec![(0u32, 0u32)];
         while let Some((node, context)) = work.pop() {
             let value = profile.value(node, metric);
-            self.counts[side][context as usize] += value;
+            if projected && context == 0 {
+                self.left_out[side] += value;
+            } else {
+                self.counts[side][context as usize] += value;
+            }
             for &child in &profile.nodes[node as usize].children {
                 let c = &profile.nodes[child as usize];
-                let key = (context, frame_names[c.frame as usize], if callsites { c.callsite } else { -1 });
+                let Some(name) = frame_names[c.frame as usize] else {
+                    // A dropped frame: it and what it counts stay in the context above it.
+                    work.push((child, context));
+                    continue;
+                };
+                let key = (context, name, if options.callsites { c.callsite } else { -1 });
                 let id = match self.ids.get(&key) {
                     Some(&id) => id,
                     None => {
@@ -166,9 +211,21 @@ pub fn compare(
     callsites: bool,
     top: usize,
 ) -> Comparison {
+    compare_with(a, metric_a, b, metric_b, &CompareOptions { callsites, top, only: Vec::new() })
+}
+
+/// [`compare`] with every option, projections included.
+pub fn compare_with(
+    a: &Profile,
+    metric_a: Metric,
+    b: &Profile,
+    metric_b: Metric,
+    options: &CompareOptions,
+) -> Comparison {
+    let (callsites, top) = (options.callsites, options.top);
     let mut table = ContextTable::new();
-    table.add(0, a, metric_a, callsites);
-    table.add(1, b, metric_b, callsites);
+    table.add(0, a, metric_a, options);
+    table.add(1, b, metric_b, options);
     let [ca, cb] = &table.counts;
     let totals = [ca.iter().sum::<u64>(), cb.iter().sum::<u64>()];
     let [ta, tb] = totals.map(u128::from);
@@ -210,6 +267,8 @@ pub fn compare(
         common_share_b: ratio(common_b, totals[1]),
         overlap_percent,
         differ_most,
+        left_out_a: table.left_out[0],
+        left_out_b: table.left_out[1],
     }
 }
 
@@ -305,6 +364,35 @@ mod tests {
         let c = compare(&empty, Metric::Samples, &b, Metric::Samples, false, 5);
         assert_eq!(c.overlap_percent, 0.0);
         assert_eq!(c.total_a, 0);
+    }
+
+    fn projected(a: &Profile, b: &Profile, only: &[&str]) -> Comparison {
+        let options = CompareOptions { callsites: false, top: 10, only: only.iter().map(|s| s.to_string()).collect() };
+        compare_with(a, Metric::Samples, b, Metric::Samples, &options)
+    }
+
+    #[test]
+    fn a_projection_keeps_only_matching_frames() {
+        // The library frames between app.main and app.f differ, the app's contexts do not.
+        let a = from_collapsed("app.main;lib.x;app.f 6\napp.main;lib.x 2\napp.main 2\nlib.boot 5\n");
+        let b = from_collapsed("app.main;lib.y;lib.z;app.f 3\napp.main;lib.y 1\napp.main 1\n");
+        assert!(overlap_percent(&a, &b, Metric::Samples, false) < 50.0);
+        let c = projected(&a, &b, &["app."]);
+        assert_eq!(c.overlap_percent, 100.0, "{c:?}");
+        // lib.x's own samples went to app.main; lib.boot has no app frame and is left out.
+        assert_eq!((c.total_a, c.left_out_a), (10, 5));
+        assert_eq!((c.total_b, c.left_out_b), (5, 0));
+        assert_eq!((c.contexts_a, c.common), (2, 2));
+        // Projected, a difference in app frames still shows, under the app's path only.
+        let d = from_collapsed("app.main;lib.x;app.g 6\napp.main 4\n");
+        let c = projected(&a, &d, &["app."]);
+        assert!((c.overlap_percent - 40.0).abs() < 1e-9, "{}", c.overlap_percent);
+        let labels: Vec<String> = c.differ_most.iter().map(|d| d.label()).collect();
+        assert_eq!(labels, ["app.main;app.f", "app.main;app.g"]);
+        // Several prefixes; no projection leaves nothing out.
+        let c = projected(&a, &b, &["app.main", "lib.x"]);
+        assert_eq!(c.total_a, 10);
+        assert_eq!(compare(&a, Metric::Samples, &b, Metric::Samples, false, 0).left_out_a, 0);
     }
 
     #[test]

@@ -107,6 +107,12 @@ impl SkipPolicy {
         if !self.full {
             return None;
         }
+        // Method.invoke is an intrinsic candidate only so that stack walks skip it: HotSpot never runs
+        // other code in its place, and bracketing it would leave everything called by reflection
+        // uncounted. It is rewritten like any method.
+        if class_name == b"java/lang/reflect/Method" && name == b"invoke" {
+            return None;
+        }
         let mut reason = None;
         for a in class.member_attributes(m) {
             let Ok(n) = class.constant_pool.utf8(a.name_index) else { continue };

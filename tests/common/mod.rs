@@ -58,11 +58,17 @@ pub fn target_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).expect("target dir").to_path_buf()
 }
 
-/// The agent library built with the tests.
+/// The agent library built with the tests. `cargo test` builds it in target/<profile>/deps and copies it
+/// up to target/<profile> only on `cargo build`: the newer of the two is the one built from this source.
 pub fn agent_lib() -> PathBuf {
-    let p = target_dir().join("libkprof.so");
-    assert!(p.exists(), "{} missing: cargo test builds it with the library", p.display());
-    p
+    let dir = target_dir();
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let candidates = [dir.join("deps/libkprof.so"), dir.join("libkprof.so")];
+    let newest = candidates.iter().filter_map(|p| modified(p).map(|t| (t, p))).max_by_key(|(t, _)| *t);
+    match newest {
+        Some((_, p)) => p.clone(),
+        None => panic!("{} missing: cargo test builds it with the library", candidates[0].display()),
+    }
 }
 
 /// The `kprof` binary built with the tests.

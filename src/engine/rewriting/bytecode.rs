@@ -92,13 +92,11 @@ unsafe extern "C" fn deliver(
     let cct = engine.cct();
     let callsites = engine.callsites();
     let delivered = jni.with_int_long_arrays(nodes, frames, |nodes, frames| {
-        let (from, to) = (from.max(0) as usize, to as usize);
-        if to >= nodes.len() || to >= frames.len() || from > to + 1 {
+        let to = to as usize;
+        // A path identical to the previous sample's comes with from = to + 1: its leaf is walked again.
+        let from = (from.max(0) as usize).min(to);
+        if to >= nodes.len() || to >= frames.len() {
             return None;
-        }
-        // The whole path is the previous sample's: its leaf node is already known.
-        if from == to + 1 {
-            return Some(nodes[to] as NodeId);
         }
         let mut node: NodeId = match from {
             0 if root > 0 => root as NodeId,

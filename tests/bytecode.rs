@@ -1,0 +1,585 @@
+//! mode=bytecode on real JVMs, every JDK under /usr/lib/jvm, always with full verification: reproducible
+//! profiles and totals, the same profile on JDK 17 and 25 (projected onto the application's frames),
+//! calling contexts that stay right through exceptions, native callbacks, deep recursion, many threads and
+//! virtual threads, methods near HotSpot's 8000-byte limit, and the effect of every option.
+
+mod common;
+
+use common::*;
+use kprof::output::compare::{compare_with, CompareOptions};
+use kprof::output::read_profile;
+use kprof::profile::{Metric, Profile};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Boot classes are not verified by default: these make HotSpot verify every class, the JDK's included.
+const VERIFY: [&str; 3] =
+    ["-XX:+UnlockDiagnosticVMOptions", "-XX:+BytecodeVerificationLocal", "-XX:+BytecodeVerificationRemote"];
+const HARNESS_PREFIX: &str = "kprof.harness.";
+
+/// The harness class path for `jdk` (with the JDK 21+ programs when it can run them).
+fn classpath(jdk: &Jdk) -> String {
+    let mut cp = harness_classes().display().to_string();
+    if let Some(h21) = harness21_classes().filter(|_| jdk.version >= 21) {
+        cp = format!("{cp}:{}", h21.display());
+    }
+    cp
+}
+
+/// Runs `main` with the verifier flags, `jvm` options and (if given) the agent with `agent` options.
+fn run_verified(jdk: &Jdk, agent: Option<&str>, jvm: &[&str], main: &str, args: &[&str]) -> Run {
+    let mut cmd = Command::new(jdk.java());
+    cmd.args(VERIFY).args(jvm);
+    if let Some(opts) = agent {
+        cmd.arg(format!("-agentpath:{}={}", agent_lib().display(), opts));
+    }
+    cmd.arg("-cp").arg(classpath(jdk)).arg(main).args(args);
+    let run = run_with_timeout(cmd, Duration::from_secs(300));
+    for bad in ["VerifyError", "ClassFormatError", "internal error", "hs_err_pid"] {
+        assert!(!run.stderr.contains(bad), "{}: {bad} running {main}:\n{}", jdk.label(), run.stderr);
+    }
+    run
+}
+
+/// Profiles `main` into `dir/name.collapsed` with `opts` (mode=bytecode added); returns the run and the file.
+fn profile(jdk: &Jdk, dir: &Path, name: &str, opts: &str, jvm: &[&str], main: &str, args: &[&str]) -> (Run, PathBuf) {
+    let file = dir.join(format!("{name}.collapsed"));
+    let sep = if opts.is_empty() { "" } else { "," };
+    let run = run_verified(jdk, Some(&format!("mode=bytecode{sep}{opts},file={}", file.display())), jvm, main, args);
+    run.assert_ok();
+    assert!(file.exists(), "{}: {} not written\n{}", jdk.label(), file.display(), run.stderr);
+    (run, file)
+}
+
+/// The program's own output: stdout without the JVM's warnings.
+fn program_output(run: &Run) -> &str {
+    run.stdout.as_str()
+}
+
+fn short(frame: &str) -> &str {
+    let name = frame.strip_prefix(HARNESS_PREFIX).unwrap_or(frame);
+    name.split('(').next().unwrap_or(name)
+}
+
+/// The harness frames of a stack, short names (`Class.method`), root first.
+fn app_path(stack: &[String]) -> Vec<&str> {
+    stack.iter().filter(|f| f.starts_with(HARNESS_PREFIX)).map(|f| short(f)).collect()
+}
+
+/// The stacks (short harness names only) that contain a frame named `needle`, with their counts.
+fn app_paths_with(stacks: &[(Vec<String>, u64)], needle: &str) -> Vec<(Vec<String>, u64)> {
+    stacks
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| short(f) == needle))
+        .map(|(s, n)| (app_path(s).into_iter().map(str::to_string).collect(), *n))
+        .collect()
+}
+
+fn overlap_on_harness(a: &Profile, b: &Profile) -> f64 {
+    let options = CompareOptions { callsites: false, top: 0, only: vec![HARNESS_PREFIX.to_string()] };
+    compare_with(a, Metric::Samples, b, Metric::Samples, &options).overlap_percent
+}
+
+#[test]
+fn the_same_run_twice_gives_byte_identical_profiles_and_totals() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-repeat-{}", jdk.label()));
+        let (r1, a) = profile(jdk, &dir, "a", "", &[], "kprof.harness.Deterministic", &[]);
+        let (r2, b) = profile(jdk, &dir, "b", "", &[], "kprof.harness.Deterministic", &[]);
+        let text_a = std::fs::read(&a).unwrap();
+        assert_eq!(text_a, std::fs::read(&b).unwrap(), "{}: collapsed profiles differ between two runs", jdk.label());
+        let (s1, s2) = (r1.summary(), r2.summary());
+        assert_eq!(s1["rand"], "100");
+        assert_eq!(s1["bytecodes"], s2["bytecodes"], "{}: estimated totals differ", jdk.label());
+        assert_eq!(s1["samples"], s2["samples"]);
+        assert_eq!(program_output(&r1), program_output(&r2));
+        // Every sample is one period of gran + r, r uniform in [0, 100): the total is about samples × 10,050.
+        let samples: f64 = s1["samples"].parse().unwrap();
+        let bytecodes: f64 = s1["bytecodes"].parse().unwrap();
+        assert!(samples > 5000.0, "{}: {samples} samples", jdk.label());
+        let per_sample = bytecodes / samples;
+        assert!((per_sample - 10_050.0).abs() < 20.0, "{}: {per_sample} bytecodes per sample", jdk.label());
+        // The weights (bytecodes per context) are as reproducible as the sample counts.
+        let (_, c) = profile(jdk, &dir, "c", "metric=bytecodes", &[], "kprof.harness.Deterministic", &[]);
+        let (_, d) = profile(jdk, &dir, "d", "metric=bytecodes", &[], "kprof.harness.Deterministic", &[]);
+        let weights = std::fs::read(&c).unwrap();
+        assert_eq!(weights, std::fs::read(&d).unwrap(), "{}: metric=bytecodes profiles differ", jdk.label());
+        assert_ne!(weights, text_a);
+        let total: u64 = read_collapsed(&c).iter().map(|(_, n)| n).sum();
+        assert!(
+            total as f64 <= bytecodes && total as f64 > 0.99 * bytecodes,
+            "{}: {total} vs {bytecodes}",
+            jdk.label()
+        );
+        // The interpreter alone counts exactly what compiled code counts.
+        let (r3, x) = profile(jdk, &dir, "xint", "", &["-Xint"], "kprof.harness.Deterministic", &[]);
+        assert_eq!(text_a, std::fs::read(&x).unwrap(), "{}: -Xint profile differs from the JIT's", jdk.label());
+        assert_eq!(r3.summary()["bytecodes"], s1["bytecodes"]);
+    });
+}
+
+#[test]
+fn deterministic_overlaps_across_jdks_on_application_frames() {
+    let jdks = jdks();
+    let (old, new) = (&jdks[0], &jdks[jdks.len() - 1]);
+    if old.version == new.version {
+        eprintln!("only JDK {} installed: nothing to compare", old.version);
+        return;
+    }
+    let dir = scratch("bc-across");
+    let mut full = Vec::new();
+    let mut app_only = Vec::new();
+    for jdk in [old, new] {
+        let (_, f) = profile(jdk, &dir, &format!("full-{}", jdk.label()), "", &[], "kprof.harness.Deterministic", &[]);
+        full.push(read_profile(&f).unwrap());
+        let (run, f) = profile(
+            jdk,
+            &dir,
+            &format!("app-{}", jdk.label()),
+            "include=kprof.harness.*",
+            &[],
+            "kprof.harness.Deterministic",
+            &[],
+        );
+        assert_eq!(run.summary()["left_alone"], "0", "{}", run.stderr);
+        app_only.push(read_profile(&f).unwrap());
+    }
+    // Counting only the application's classes, the two JDKs run the same bytecodes: the same profile.
+    let app = overlap_on_harness(&app_only[0], &app_only[1]);
+    assert!(app >= 99.0, "application classes only: overlap {app:.2}% < 99%");
+    // Counting the JDK too, each JDK's own library code (String, HashMap, TimSort differ between 17 and
+    // 25) weighs on the application frame that called it; the application's shape still dominates.
+    let projected = overlap_on_harness(&full[0], &full[1]);
+    eprintln!("overlap on kprof.harness frames: {app:.2}% (application classes rewritten), {projected:.2}% (all)");
+    assert!(projected >= 90.0, "everything rewritten, projected onto kprof.harness: {projected:.2}% < 90%");
+    // Without the projection the JDKs' frames differ: the projection is what makes them comparable.
+    let raw = compare_with(&full[0], Metric::Samples, &full[1], Metric::Samples, &CompareOptions::default());
+    assert!(raw.overlap_percent < projected, "raw {} vs projected {projected}", raw.overlap_percent);
+}
+
+#[test]
+fn exceptions_thrown_through_rewritten_frames_leave_contexts_right() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-throw-{}", jdk.label()));
+        let base = run_verified(jdk, None, &[], "kprof.harness.Throwing", &[]);
+        base.assert_ok();
+        let (run, file) = profile(jdk, &dir, "t", "gran=1000", &[], "kprof.harness.Throwing", &[]);
+        assert_eq!(program_output(&run), program_output(&base));
+        assert!(run.stdout.contains("caught=1600"), "{}", run.stdout);
+        let stacks = read_collapsed(&file);
+        let work = app_paths_with(&stacks, "Throwing.work");
+        let total: u64 = work.iter().map(|(_, n)| n).sum();
+        assert!(total > 1000, "{}: {total} samples in work", jdk.label());
+        let at_top = ["Throwing.main", "Throwing.caughtAtTop", "Throwing.work"];
+        let inside = [
+            "Throwing.main",
+            "Throwing.caughtInside",
+            "Throwing.caughtInside",
+            "Throwing.caughtInside",
+            "Throwing.caughtInside",
+            "Throwing.work",
+        ];
+        let mut seen = [0u64; 2];
+        for (path, n) in &work {
+            match path {
+                p if p == &at_top => seen[0] += n,
+                p if p == &inside => seen[1] += n,
+                p => panic!("{}: work sampled under {p:?}", jdk.label()),
+            }
+        }
+        assert!(seen[0] > 0 && seen[1] > 0, "{}: {seen:?}", jdk.label());
+        // The dives themselves (exception construction included) are sampled below dive frames only.
+        let dive = app_paths_with(&stacks, "Throwing.dive");
+        assert!(!dive.is_empty(), "{}: no samples in dive", jdk.label());
+        for (path, _) in dive {
+            let first_dive = path.iter().position(|f| f == "Throwing.dive").unwrap();
+            assert!(path[first_dive..].iter().all(|f| f == "Throwing.dive"), "{}: {path:?}", jdk.label());
+        }
+    });
+}
+
+#[test]
+fn java_called_back_from_native_code_keeps_its_context() {
+    let Some(lib) = option_env!("KPROF_HARNESS_JNI_LIB") else {
+        panic!("the harness JNI library was not built (no C compiler at build time)");
+    };
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-native-{}", jdk.label()));
+        let prop = format!("-Dkprof.harness.jni={lib}");
+        let mut jvm = vec![prop.as_str()];
+        if jdk.version >= 21 {
+            jvm.push("--enable-native-access=ALL-UNNAMED");
+        }
+        let base = run_verified(jdk, None, &jvm, "kprof.harness.NativeCallbacks", &[]);
+        base.assert_ok();
+        assert!(base.stdout.contains("jni=on"), "{}", base.stdout);
+        let (run, file) = profile(jdk, &dir, "n", "gran=1000", &jvm, "kprof.harness.NativeCallbacks", &[]);
+        assert_eq!(program_output(&run), program_output(&base));
+        let stacks = read_collapsed(&file);
+        // main → chain → up × 7 (one Java frame per native round trip) → work.
+        let mut want: Vec<String> = ["NativeCallbacks.main", "NativeCallbacks.chain"].map(String::from).to_vec();
+        want.extend(vec!["NativeCallbacks.up".to_string(); 7]);
+        want.push("NativeCallbacks.work".into());
+        let after = ["NativeCallbacks.main", "NativeCallbacks.chain", "NativeCallbacks.afterThrow"];
+        let reflected = ["NativeCallbacks.main", "NativeCallbacks.viaReflection", "NativeCallbacks.reflected"];
+        for (leaf, expected) in [
+            ("NativeCallbacks.work", want.clone()),
+            ("NativeCallbacks.afterThrow", after.map(String::from).to_vec()),
+            ("NativeCallbacks.reflected", reflected.map(String::from).to_vec()),
+        ] {
+            let paths = app_paths_with(&stacks, leaf);
+            let n: u64 = paths.iter().map(|(_, n)| n).sum();
+            assert!(n > 100, "{}: {n} samples in {leaf}", jdk.label());
+            for (path, _) in paths {
+                assert_eq!(path, expected, "{}: {leaf} under the wrong context", jdk.label());
+            }
+        }
+        // Reflection's own frames (rewritten java.lang.reflect code) sit between viaReflection and reflected.
+        assert!(
+            stacks.iter().any(|(s, _)| has_frame(s, "java.lang.reflect.Method.invoke") && has_frame(s, "reflected")),
+            "{}: no Method.invoke frame above reflected",
+            jdk.label()
+        );
+    });
+}
+
+#[test]
+fn recursion_far_deeper_than_the_initial_reified_stack() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-deep-{}", jdk.label()));
+        // Deep burns CPU at the bottom of 1000 frames of down(); the reified stack starts at 64 entries.
+        let (run, file) = profile(jdk, &dir, "d", "", &[], "kprof.harness.Deep", &["1000", "0.5"]);
+        assert!(run.stdout.contains("deep: depth=1000"), "{}", run.stdout);
+        let stacks = read_collapsed(&file);
+        let mut bottom = 0;
+        let mut total = 0;
+        for (s, n) in &stacks {
+            let downs = s.iter().filter(|f| f.contains("Deep.down(")).count();
+            if downs == 0 {
+                continue;
+            }
+            total += n;
+            let first = s.iter().position(|f| f.contains("Deep.down(")).unwrap();
+            assert!(s[first - 1].contains("Deep.main("), "{}: down not called by main: {:?}", jdk.label(), &s[..first]);
+            assert!(s[first..first + downs].iter().all(|f| f.contains("Deep.down(")), "{}: frames mixed", jdk.label());
+            assert!(downs <= 1001, "{}: {downs} down frames", jdk.label());
+            if downs == 1001 {
+                bottom += n;
+            }
+        }
+        assert!(total > 100, "{}: {total} samples in down", jdk.label());
+        assert!(bottom as f64 >= 0.95 * total as f64, "{}: {bottom} of {total} at the bottom", jdk.label());
+    });
+}
+
+#[test]
+fn many_threads_get_counts_proportional_to_their_work() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-threads-{}", jdk.label()));
+        let base = run_verified(jdk, None, &[], "kprof.harness.ManyThreads", &["64"]);
+        base.assert_ok();
+        let (run, file) =
+            profile(jdk, &dir, "m", "gran=1000,threads,metric=bytecodes", &[], "kprof.harness.ManyThreads", &["64"]);
+        assert_eq!(program_output(&run), program_output(&base));
+        let stacks = read_collapsed(&file);
+        let mut per_unit = Vec::new();
+        for i in 0..64 {
+            let root = format!("[thread mt-{i}]");
+            let mine: Vec<_> = stacks.iter().filter(|(s, _)| s[0] == root).collect();
+            for (s, _) in &mine {
+                // (Samples without harness frames come from the JDK's thread exit.)
+                let path = app_path(s);
+                assert!(
+                    path.is_empty() || (path[0] == "ManyThreads$Worker.run" && path.len() <= 2),
+                    "{}: {root} sampled in {path:?}",
+                    jdk.label()
+                );
+            }
+            let weight: u64 = mine.iter().map(|(_, n)| n).sum();
+            let units = 1 + i % 4;
+            per_unit.push(weight as f64 / units as f64);
+        }
+        // Each thread's weight stops at its last sample (at most gran + rand short of its count).
+        let lo = per_unit.iter().cloned().fold(f64::MAX, f64::min);
+        let hi = per_unit.iter().cloned().fold(0.0, f64::max);
+        assert!(lo > 500_000.0, "{}: {lo} bytecodes per unit", jdk.label());
+        assert!(hi / lo < 1.005, "{}: bytecodes per unit range {lo}..{hi}", jdk.label());
+    });
+}
+
+#[test]
+fn virtual_threads_have_a_reified_stack_each() {
+    let ran = std::cell::Cell::new(false);
+    for_each_jdk(|jdk| {
+        if jdk.version < 21 || harness21_classes().is_none() {
+            return;
+        }
+        ran.set(true);
+        let dir = scratch(&format!("bc-vthreads-{}", jdk.label()));
+        // One carrier: every yield lets another task run in the middle of this one's stack.
+        let one = "-Djdk.virtualThreadScheduler.parallelism=1";
+        let base = run_verified(jdk, None, &[one], "kprof.harness.VirtualThreads", &[]);
+        base.assert_ok();
+        let (run, file) = profile(jdk, &dir, "v", "gran=1000", &[one], "kprof.harness.VirtualThreads", &[]);
+        assert_eq!(program_output(&run), program_output(&base));
+        let stacks = read_collapsed(&file);
+        let slices = app_paths_with(&stacks, "VirtualThreads.slice");
+        let mut depths = std::collections::BTreeSet::new();
+        let mut total = 0;
+        for (path, n) in &slices {
+            total += n;
+            let descends = path.len().saturating_sub(2);
+            assert!(
+                path[0] == "VirtualThreads$Task.run"
+                    && path[1..=descends].iter().all(|f| f == "VirtualThreads.descend")
+                    && path.last().map(String::as_str) == Some("VirtualThreads.slice")
+                    && (3..=10).contains(&descends),
+                "{}: slice sampled under {path:?}",
+                jdk.label()
+            );
+            depths.insert(descends);
+        }
+        assert!(total > 1000, "{}: {total} samples in slice", jdk.label());
+        assert_eq!(depths.len(), 8, "{}: depths seen {depths:?}", jdk.label());
+    });
+    if !ran.get() {
+        eprintln!("no JDK 21+ (or no harness21 classes): virtual threads not tested");
+    }
+}
+
+/// A class of methods whose code is `len` bytes for each `len` in `sizes` (straight-line arithmetic),
+/// plus a main that calls each of them; compiled with `jdk`'s javac into `dir`.
+fn near_budget_class(jdk: &Jdk, dir: &Path, sizes: &[usize]) {
+    let mut src = String::from("public final class NearBudget {\n");
+    for (k, &len) in sizes.iter().enumerate() {
+        // `x = x * 31 + C;` is iload_0 bipush imul sipush iadd istore_0: 9 bytes; iload_0 ireturn: 2 more.
+        src.push_str(&format!("    static int m{k}_{len}(int x) {{\n"));
+        for i in 0..(len - 2) / 9 {
+            src.push_str(&format!("        x = x * 31 + {};\n", 1000 + i % 20000));
+        }
+        src.push_str("        return x;\n    }\n");
+    }
+    src.push_str("    public static void main(String[] args) {\n        int s = 0;\n");
+    src.push_str("        for (int r = 0; r < 300; r++) {\n");
+    for (k, &len) in sizes.iter().enumerate() {
+        src.push_str(&format!("            s = s * 7 + m{k}_{len}(r);\n"));
+    }
+    src.push_str("        }\n        System.out.println(\"nearbudget: \" + s);\n    }\n}\n");
+    std::fs::write(dir.join("NearBudget.java"), src).unwrap();
+    let status = Command::new(jdk.home.join("bin/javac"))
+        .args(["--release", "17", "-d"])
+        .arg(dir)
+        .arg(dir.join("NearBudget.java"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn methods_near_the_8000_byte_limit_are_rewritten_or_left_alone_and_counted() {
+    use kprof::classfile::{ClassFile, EditLimits};
+    use kprof::rewrite::bytecode::{BytecodeConfig, BytecodeTransform};
+    use kprof::rewrite::methods::MethodTable;
+    use kprof::rewrite::{RewriteStats, Rewriter, SkipPolicy};
+    let sizes = [4000, 6000, 7000, 7200, 7400, 7700, 7900, 7990];
+    let jdk0 = &jdks()[0];
+    let dir = scratch("bc-budget");
+    near_budget_class(jdk0, &dir, &sizes);
+    let data = std::fs::read(dir.join("NearBudget.class")).unwrap();
+    // What the agent's rewrite does to each method, offline.
+    let transform = BytecodeTransform::new(BytecodeConfig::default(), std::sync::Arc::new(MethodTable::new()));
+    let mut rw = Rewriter::with_transform(Box::new(transform), SkipPolicy::agent(), EditLimits::default());
+    let mut stats = RewriteStats::default();
+    let mut out = Vec::new();
+    rw.rewrite_class(&data, &mut out, &mut stats).unwrap();
+    let (before, after) = (ClassFile::parse(&data).unwrap(), ClassFile::parse(&out).unwrap());
+    let mut rewritten = Vec::new();
+    let mut left = Vec::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        let name = format!("m{i}_{len}");
+        let index =
+            before.methods.iter().position(|m| before.member_name(m).unwrap() == name.as_bytes()).expect("method");
+        let old = before.method_code(index).unwrap().unwrap().code.len();
+        assert!(old <= len && old + 9 > len, "{name}: {old} bytes");
+        let new = after.method_code(index).unwrap().unwrap().code.len();
+        if new == old {
+            left.push(name);
+        } else {
+            assert!(new <= 8000, "{name} grew to {new}");
+            rewritten.push(name);
+        }
+    }
+    assert!(rewritten.len() >= 2 && left.len() >= 2, "rewritten {rewritten:?}, left alone {left:?}");
+    assert!(rewritten.iter().any(|n| n.starts_with("m2_")), "a 7000-byte method is rewritten: {rewritten:?}");
+    let crossed = stats.left_alone.iter().find(|(r, _)| r.name() == "byte-budget-crossed").map(|(_, n)| *n);
+    assert_eq!(crossed, Some(left.len() as u64));
+    for_each_jdk(|jdk| {
+        let mut cmd = Command::new(jdk.java());
+        cmd.args(VERIFY).arg("-cp").arg(&dir).arg("NearBudget");
+        let base = run_with_timeout(cmd, Duration::from_secs(120));
+        base.assert_ok();
+        let file = dir.join(format!("nb-{}.collapsed", jdk.label()));
+        let mut cmd = Command::new(jdk.java());
+        cmd.args(VERIFY)
+            .arg(format!(
+                "-agentpath:{}=mode=bytecode,include=NearBudget,gran=1000,file={}",
+                agent_lib().display(),
+                file.display()
+            ))
+            .arg("-cp")
+            .arg(&dir)
+            .arg("NearBudget");
+        let run = run_with_timeout(cmd, Duration::from_secs(120));
+        run.assert_ok();
+        assert_eq!(run.stdout, base.stdout, "{}: output changed", jdk.label());
+        let s = run.summary();
+        assert_eq!(s["left_alone"], left.len().to_string(), "{}: {s:?}", jdk.label());
+        assert!(run.stderr.contains(&format!("(byte-budget-crossed:{})", left.len())), "{}", run.stderr);
+        let stacks = read_collapsed(&file);
+        for name in &rewritten {
+            let n = count_where(&stacks, |s| has_frame(s, &format!("NearBudget.{name}(")));
+            assert!(n > 0, "{}: no samples in rewritten {name}", jdk.label());
+        }
+        for name in &left {
+            let n = count_where(&stacks, |s| has_frame(s, &format!("NearBudget.{name}(")));
+            assert_eq!(n, 0, "{}: {name} was left alone but sampled", jdk.label());
+        }
+    });
+}
+
+#[test]
+fn gran_sets_the_sampling_period() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-gran-{}", jdk.label()));
+        let (fine, _) = profile(jdk, &dir, "fine", "gran=2000,rand=0", &[], "kprof.harness.Deterministic", &[]);
+        let (coarse, _) = profile(jdk, &dir, "coarse", "gran=100000,rand=0", &[], "kprof.harness.Deterministic", &[]);
+        let samples = |r: &Run| r.summary_f64("samples");
+        let ratio = samples(&fine) / samples(&coarse);
+        assert!((ratio - 50.0).abs() < 1.0, "{}: samples ratio {ratio}", jdk.label());
+        // The estimated total does not depend on the period.
+        assert_eq!(fine.summary()["bytecodes"], coarse.summary()["bytecodes"], "{}", jdk.label());
+    });
+}
+
+#[test]
+fn rand_moves_the_sample_points_but_keeps_totals_and_reproducibility() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-rand-{}", jdk.label()));
+        let main = "kprof.harness.Deterministic";
+        let (r0, f0) = profile(jdk, &dir, "r0", "rand=0,metric=bytecodes", &[], main, &[]);
+        let (r1, f1) = profile(jdk, &dir, "r1", "rand=5000,metric=bytecodes", &[], main, &[]);
+        let (_, f2) = profile(jdk, &dir, "r2", "rand=5000,metric=bytecodes", &[], main, &[]);
+        assert_eq!(r0.summary()["bytecodes"], r1.summary()["bytecodes"], "{}", jdk.label());
+        let (a, b) = (std::fs::read(&f0).unwrap(), std::fs::read(&f1).unwrap());
+        assert_ne!(a, b, "{}: rand=5000 sampled where rand=0 did", jdk.label());
+        assert_eq!(b, std::fs::read(&f2).unwrap(), "{}: rand is not reproducible", jdk.label());
+        // A sample weighs its period plus the few bytecodes counted past zero before the next check:
+        // periods of exactly 10,000 with rand=0, of 10,000..14,999 with rand=5000.
+        let per0 = r0.summary_f64("bytecodes") / r0.summary_f64("samples");
+        assert!((10_000.0..10_050.0).contains(&per0), "{}: {per0} bytecodes per sample", jdk.label());
+        let per = r1.summary_f64("bytecodes") / r1.summary_f64("samples");
+        assert!((per - 12_500.0).abs() < 150.0, "{}: {per} bytecodes per sample", jdk.label());
+    });
+}
+
+#[test]
+fn maxpath_places_more_or_fewer_checks_but_counts_the_same() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-maxpath-{}", jdk.label()));
+        let main = "kprof.harness.Deterministic";
+        let (a, fa) = profile(jdk, &dir, "m50", "include=kprof.harness.*,gran=1000", &[], main, &[]);
+        let (b, fb) = profile(jdk, &dir, "m3", "include=kprof.harness.*,gran=1000,maxpath=3", &[], main, &[]);
+        let (c, _) = profile(jdk, &dir, "m0", "include=kprof.harness.*,gran=1000,maxpath=0", &[], main, &[]);
+        let total = a.summary()["bytecodes"].clone();
+        assert_eq!(b.summary()["bytecodes"], total, "{}", jdk.label());
+        assert_eq!(c.summary()["bytecodes"], total, "{}", jdk.label());
+        // Checks every 3 bytecodes sample nearer to where each period ends: other sample points.
+        assert_ne!(std::fs::read(&fa).unwrap(), std::fs::read(&fb).unwrap(), "{}", jdk.label());
+    });
+}
+
+#[test]
+fn callsite_off_merges_contexts_that_differ_only_by_callsite() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-callsite-{}", jdk.label()));
+        let main = "kprof.harness.Deterministic";
+        let leaf_work_nodes = |opts: &str, name: &str| {
+            let file = dir.join(format!("{name}.json"));
+            let run = run_verified(
+                jdk,
+                Some(&format!("mode=bytecode,include=kprof.harness.*,{opts},file={}", file.display())),
+                &[],
+                main,
+                &[],
+            );
+            run.assert_ok();
+            let p = read_profile(&file).unwrap();
+            let mut sites: Vec<i32> = p
+                .nodes
+                .iter()
+                .filter(|n| p.frames[n.frame as usize].display_name().contains("Deterministic.leafWork("))
+                .map(|n| n.callsite)
+                .collect();
+            sites.sort();
+            (sites, run.summary()["bytecodes"].clone())
+        };
+        // round() calls leafWork from two callsites.
+        let (on, total_on) = leaf_work_nodes("callsite=on", "on");
+        let (off, total_off) = leaf_work_nodes("callsite=off", "off");
+        assert_eq!(on.len(), 2, "{}: {on:?}", jdk.label());
+        assert_ne!(on[0], on[1]);
+        assert!(on.iter().all(|&s| s > 0));
+        assert_eq!(off, [-1], "{}", jdk.label());
+        assert_eq!(total_on, total_off);
+    });
+}
+
+#[test]
+fn include_restricts_rewriting_and_exclude_removes_frames() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-filter-{}", jdk.label()));
+        let main = "kprof.harness.Deterministic";
+        let (all, f_all) = profile(jdk, &dir, "all", "", &[], main, &[]);
+        let (inc, f_inc) = profile(jdk, &dir, "inc", "include=kprof.harness.*", &[], main, &[]);
+        let (_, f_exc) =
+            profile(jdk, &dir, "exc", "exclude=java.util.*:kprof.harness.Deterministic$ByKeyThenName", &[], main, &[]);
+        let n = |r: &Run, k: &str| r.summary_f64(k);
+        assert!(n(&all, "classes_rewritten") > 300.0, "{}", all.stderr);
+        assert_eq!(n(&inc, "classes_rewritten"), 3.0, "{}: {}", jdk.label(), inc.stderr);
+        assert!(n(&inc, "filtered") > 300.0);
+        assert!(n(&inc, "bytecodes") < n(&all, "bytecodes") / 2.0);
+        let s_all = read_collapsed(&f_all);
+        let s_inc = read_collapsed(&f_inc);
+        let s_exc = read_collapsed(&f_exc);
+        let frames_with = |s: &[(Vec<String>, u64)], p: &str| count_where(s, |st| st.iter().any(|f| f.starts_with(p)));
+        assert!(frames_with(&s_all, "java.util.") > 0);
+        assert!(frames_with(&s_all, "kprof.harness.Deterministic$ByKeyThenName") > 0);
+        // Only harness frames with include; no java.util frames and no comparator with exclude.
+        assert!(s_inc.iter().all(|(s, _)| s.iter().all(|f| f.starts_with(HARNESS_PREFIX))), "{}", jdk.label());
+        assert_eq!(frames_with(&s_exc, "java.util."), 0, "{}", jdk.label());
+        assert_eq!(frames_with(&s_exc, "kprof.harness.Deterministic$ByKeyThenName"), 0, "{}", jdk.label());
+        assert!(frames_with(&s_exc, "java.lang.String") > 0, "{}: other JDK classes are still counted", jdk.label());
+    });
+}
+
+#[test]
+fn bad_option_values_stop_the_jvm_with_one_line() {
+    let jdk = &jdks()[0];
+    for (opts, line) in [
+        ("gran=0", "kprof: bad option 'gran=0': accepted: 1..1000000000"),
+        ("gran=lots", "kprof: bad option 'gran=lots': accepted: 1..1000000000"),
+        ("rand=-1", "kprof: bad option 'rand=-1': accepted: 0..1000000000"),
+        ("maxpath=70000", "kprof: bad option 'maxpath=70000': accepted: 0..65535 (0 = no limit)"),
+        ("callsite=maybe", "kprof: bad option 'callsite=maybe': accepted: on | off"),
+        ("include=", "kprof: bad option 'include=': accepted: class pattern"),
+        ("exclude", "kprof: bad option 'exclude=': accepted: class pattern"),
+    ] {
+        let run = run_verified(jdk, Some(&format!("mode=bytecode,{opts}")), &[], "kprof.harness.Deterministic", &[]);
+        assert!(!run.status.success(), "{opts}: the JVM started");
+        let ours: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("kprof:")).collect();
+        assert_eq!(ours.len(), 1, "{opts}: {}", run.stderr);
+        assert!(ours[0].starts_with(line), "{opts}: {}", ours[0]);
+        assert!(!run.stdout.contains("deterministic:"), "{opts}: the program ran");
+    }
+}
