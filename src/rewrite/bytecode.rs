@@ -86,10 +86,6 @@ impl BytecodeTransform {
         }
     }
 
-    /// Names the methods of the next class that wrap a native method (see [`super::natives`]).
-    pub fn set_wrappers(&mut self, wrappers: Vec<(Vec<u8>, Vec<u8>)>) {
-        self.wrappers = wrappers;
-    }
 
     fn refs(&mut self, cp: &mut ConstantPool<'_>) -> Result<Refs, EditError> {
         if let Some(r) = self.refs {
@@ -148,6 +144,10 @@ impl BytecodeTransform {
 }
 
 impl MethodTransform for BytecodeTransform {
+    fn set_wrappers(&mut self, wrappers: Vec<(Vec<u8>, Vec<u8>)>) {
+        self.wrappers = wrappers;
+    }
+
     fn edit_intrinsic(
         &mut self,
         m: &MethodInput<'_, '_>,

@@ -80,10 +80,6 @@ impl ExactTransform {
         }
     }
 
-    /// Names the methods of the next class that wrap a native method: they are counted as that native.
-    pub fn set_wrappers(&mut self, wrappers: Vec<(Vec<u8>, Vec<u8>)>) {
-        self.wrappers = wrappers;
-    }
 
     fn refs(&mut self, cp: &mut ConstantPool<'_>) -> Result<Refs, EditError> {
         if let Some(r) = self.refs {
@@ -156,6 +152,10 @@ impl ExactTransform {
 }
 
 impl MethodTransform for ExactTransform {
+    fn set_wrappers(&mut self, wrappers: Vec<(Vec<u8>, Vec<u8>)>) {
+        self.wrappers = wrappers;
+    }
+
     fn begin_class(&mut self, _: &crate::classfile::ClassFile<'_>) {
         self.refs = None;
     }

@@ -84,6 +84,10 @@ pub trait MethodTransform {
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError>;
 
+    /// Names the methods of the next class that wrap a native method (see [`natives`]): a counting mode
+    /// counts them as the native. Default: ignored.
+    fn set_wrappers(&mut self, _wrappers: Vec<(Vec<u8>, Vec<u8>)>) {}
+
     /// A method the policy leaves alone because it is an intrinsic candidate. The JIT may run intrinsic
     /// code instead of its bytecode, so whatever it calls runs only sometimes; a counting mode brackets
     /// those calls so that they are never counted, whichever way the method runs. Default: no edit.
@@ -190,6 +194,11 @@ impl Rewriter {
 
     pub fn with_transform(transform: Box<dyn MethodTransform>, policy: SkipPolicy, limits: EditLimits) -> Rewriter {
         Rewriter { policy, limits, transform, editor: CodeEditor::new(), buf: Vec::new(), edits: Vec::new() }
+    }
+
+    /// Tells the transform which methods of the next class are native wrappers ([`natives::wrap_natives`]).
+    pub fn set_wrappers(&mut self, wrappers: Vec<(Vec<u8>, Vec<u8>)>) {
+        self.transform.set_wrappers(wrappers);
     }
 
     /// Rewrites one class into `out` (cleared first). Returns true if the class changed; when it did not, `out`

@@ -234,18 +234,15 @@ impl RewritingEngine {
         let transform: Box<dyn MethodTransform> = match config.mode {
             Mode::Exact => {
                 let c = ExactConfig { max_path: o.maxpath, callsites: o.callsite, blocks: o.bb };
-                let mut t = ExactTransform::new(c, Arc::clone(&self.methods));
-                t.set_wrappers(wrappers);
-                Box::new(t)
+                Box::new(ExactTransform::new(c, Arc::clone(&self.methods)))
             }
             _ => {
                 let c = BytecodeConfig { max_path: o.maxpath, callsites: o.callsite, leaf_optimization: true };
-                let mut t = BytecodeTransform::new(c, Arc::clone(&self.methods));
-                t.set_wrappers(wrappers);
-                Box::new(t)
+                Box::new(BytecodeTransform::new(c, Arc::clone(&self.methods)))
             }
         };
         let mut rewriter = Rewriter::with_transform(transform, SkipPolicy::agent(), EditLimits::default());
+        rewriter.set_wrappers(wrappers);
         let mut stats = RewriteStats::default();
         let mut out = Vec::with_capacity(input.len() + input.len() / 4);
         let result = rewriter.rewrite_class(input, &mut out, &mut stats);

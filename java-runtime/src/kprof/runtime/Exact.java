@@ -136,10 +136,14 @@ public final class Exact {
         c.blocks[k]++;
     }
 
-    /** Before a return: callees of the caller hang below the caller's node again. */
+    /** Before a return: callees of the caller hang below the caller's node again. The callsite is reset,
+     *  so code the JVM runs before the caller's next call (a class initializer, a native method's lookup,
+     *  a callback from native code) comes from no known callsite, whatever this method called last (a
+     *  method that is not rewritten leaves the callsite its caller wrote). */
     @ForceInline
     public static void exit(ExactState s, ExactNode c) {
         s.cur = c.parent;
+        s.site = -1;
     }
 
     /** A block that returns and calls nothing: counted, and the caller's node restored. */
@@ -147,6 +151,7 @@ public final class Exact {
     public static void countExit(ExactState s, ExactNode c, int n) {
         c.bytecodes += n;
         s.cur = c.parent;
+        s.site = -1;
     }
 
     /** {@link #countExit} with {@code bb=on}. */
@@ -154,6 +159,7 @@ public final class Exact {
     public static void blockExit(ExactState s, ExactNode c, int k) {
         c.blocks[k]++;
         s.cur = c.parent;
+        s.site = -1;
     }
 
     /** At an exception handler: callees of this invocation hang below its node again, whatever node the
@@ -161,6 +167,7 @@ public final class Exact {
     @ForceInline
     public static void handler(ExactState s, ExactNode c) {
         s.cur = c.id;
+        s.site = -1;
         s.muteNest = 0;
         s.muteArm = -1;
     }

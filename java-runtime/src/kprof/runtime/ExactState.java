@@ -49,6 +49,8 @@ public final class ExactState {
     @ForceInline
     ExactNode child(int parent, int method, int blocks) {
         long key = ((long) site << 32) | (method & 0xffffffffL);
+        // Consumed (leaf methods have no exit that resets it, see Exact.exit).
+        site = -1;
         ExactNode[] t = table;
         int h = hash(parent, key) & (t.length - 1);
         ExactNode c = t[h];
