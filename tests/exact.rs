@@ -141,7 +141,8 @@ fn recursion_counts_every_level_once_per_call() {
         chain.pop();
         chain.push("ExactCounts.down".into());
         assert_eq!(calls(&by_path, &chain), 0, "{}", jdk.label());
-        let leaf_total: u64 = by_path.iter().filter(|(k, _)| k.last().unwrap() == "ExactCounts.leaf").map(|(_, n)| n).sum();
+        let leaf_total: u64 =
+            by_path.iter().filter(|(k, _)| k.last().unwrap() == "ExactCounts.leaf").map(|(_, n)| n).sum();
         assert_eq!(leaf_total, ROUNDS, "{}", jdk.label());
     });
 }
@@ -224,7 +225,9 @@ fn several_threads_count_into_one_tree() {
                 .children
                 .iter()
                 .copied()
-                .find(|&c| p.frames[p.nodes[c as usize].frame as usize].display_name() == format!("[thread exactcounts-{i}]"))
+                .find(|&c| {
+                    p.frames[p.nodes[c as usize].frame as usize].display_name() == format!("[thread exactcounts-{i}]")
+                })
                 .unwrap_or_else(|| panic!("{}: no root for thread exactcounts-{i}", jdk.label()));
             let mut sub = p.clone();
             sub.nodes[0].children = vec![root];
@@ -302,7 +305,8 @@ fn basic_block_counts_are_what_the_blocks_ran() {
         assert_eq!(plain_c[0].weight, c.weight, "{}", jdk.label());
         assert!(plain_c[0].blocks.is_empty());
         // Totals: every context's bytecodes agree between the two runs for the harness's own code.
-        let total = |cs: &[Context]| cs.iter().filter(|c| c.path[0] == "ExactCounts.main").map(|c| c.weight).sum::<u64>();
+        let total =
+            |cs: &[Context]| cs.iter().filter(|c| c.path[0] == "ExactCounts.main").map(|c| c.weight).sum::<u64>();
         assert_eq!(total(&contexts(&p)), total(&contexts(&plain)), "{}", jdk.label());
     });
 }

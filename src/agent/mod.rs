@@ -842,7 +842,11 @@ fn attach_blocks(profile: &mut crate::profile::Profile, snapshot: &[crate::cct::
             .spans
             .iter()
             .zip(counts)
-            .map(|(span, &count)| crate::profile::BlockCount { start_bci: span.start_bci, end_bci: span.end_bci, count })
+            .map(|(span, &count)| crate::profile::BlockCount {
+                start_bci: span.start_bci,
+                end_bci: span.end_bci,
+                count,
+            })
             .collect();
     }
 }

@@ -64,7 +64,8 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
             "--mode" => {
                 let v = value("--mode")?;
                 o.mode = Some(
-                    Mode::parse(&v).ok_or_else(|| format!("unknown mode '{v}' (accepted: probe, bytecode, exact, none)"))?,
+                    Mode::parse(&v)
+                        .ok_or_else(|| format!("unknown mode '{v}' (accepted: probe, bytecode, exact, none)"))?,
                 );
             }
             "--out" => o.out = Some(PathBuf::from(value("--out")?)),
@@ -94,8 +95,11 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
     if o.out.is_some() && o.mode.is_none() {
         return Err("--out needs --mode".into());
     }
-    o.policy =
-        policy.unwrap_or(if matches!(o.mode, Some(Mode::Bytecode | Mode::Exact)) { SkipPolicy::agent() } else { SkipPolicy::minimal() });
+    o.policy = policy.unwrap_or(if matches!(o.mode, Some(Mode::Bytecode | Mode::Exact)) {
+        SkipPolicy::agent()
+    } else {
+        SkipPolicy::minimal()
+    });
     Ok(o)
 }
 

@@ -12,9 +12,9 @@
 
 use std::sync::Arc;
 
+use super::flow::Flow;
 use super::methods::MethodTable;
 use super::{MethodInput, MethodTransform};
-use super::flow::Flow;
 use crate::classfile::blocks::DEFAULT_MAX_PATH;
 use crate::classfile::code::Instructions;
 use crate::classfile::edit::{CodeEditor, EditError, Refusal};
@@ -85,7 +85,6 @@ impl BytecodeTransform {
             snippet: Snippet::new(),
         }
     }
-
 
     fn refs(&mut self, cp: &mut ConstantPool<'_>) -> Result<Refs, EditError> {
         if let Some(r) = self.refs {

@@ -80,7 +80,6 @@ impl ExactTransform {
         }
     }
 
-
     fn refs(&mut self, cp: &mut ConstantPool<'_>) -> Result<Refs, EditError> {
         if let Some(r) = self.refs {
             return Ok(r);
@@ -99,7 +98,9 @@ impl ExactTransform {
             enter_leaf: cp
                 .add_methodref(RUNTIME_CLASS, if bb { "enterLeafBlocks" } else { "enterLeaf" }, &format!("(II){c}"))
                 .map_err(full)?,
-            count: cp.add_methodref(RUNTIME_CLASS, if bb { "block" } else { "count" }, &format!("({c}I)V")).map_err(full)?,
+            count: cp
+                .add_methodref(RUNTIME_CLASS, if bb { "block" } else { "count" }, &format!("({c}I)V"))
+                .map_err(full)?,
             count_exit: cp
                 .add_methodref(RUNTIME_CLASS, if bb { "blockExit" } else { "countExit" }, &format!("({s}{c}I)V"))
                 .map_err(full)?,
@@ -213,7 +214,8 @@ impl MethodTransform for ExactTransform {
         } as i32;
         // Calls and `new` (a class initializer may run there) need the current node set for callees.
         let leaf = !self.flow.info.iter().any(|b| b.calls || b.allocates);
-        let state = if leaf { 0 } else { editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)? };
+        let state =
+            if leaf { 0 } else { editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)? };
         let node = editor.add_local(VType::Object(refs.node_class)).map_err(EditError::Refused)?;
         // The prologue's second argument: bb=off, the first block's bytecodes when it runs once per call;
         // bb=on, the number of block counters.

@@ -86,8 +86,12 @@ fn wrappable(class: &ClassFile<'_>, m: &Member) -> bool {
     !internal
 }
 
-/// Parameter kinds of a method descriptor: the load opcode and slot count of each, and the return opcode.
-fn signature(desc: &[u8]) -> Option<(Vec<(u8, u16)>, u8, u16)> {
+/// What a wrapper needs to know of a descriptor: (load opcode, slots) of each parameter, the return
+/// opcode and the return value's slots.
+type Signature = (Vec<(u8, u16)>, u8, u16);
+
+/// The [`Signature`] of a method descriptor.
+fn signature(desc: &[u8]) -> Option<Signature> {
     const ILOAD: u8 = 21;
     const LLOAD: u8 = 22;
     const FLOAD: u8 = 23;

@@ -168,11 +168,8 @@ unsafe extern "C" fn merge(
             map[i] = node as i32;
         }
         let node = map[i] as NodeId;
-        let layout = if bb {
-            layouts.entry(method).or_insert_with(|| engine.methods.blocks(method)).clone()
-        } else {
-            None
-        };
+        let layout =
+            if bb { layouts.entry(method).or_insert_with(|| engine.methods.blocks(method)).clone() } else { None };
         let weight = match layout {
             Some(layout) => {
                 let (weight, blocks) = block_counts(&layout, calls, counters);
