@@ -18,6 +18,11 @@ public final class ExactNode {
     final int id;
     /** One counter per basic block ({@code bb=on}), else null. */
     public final long[] blocks;
+    /** The children: an open-addressing table by key (length a power of two, at most a quarter full:
+     *  a key away from its home slot costs a call), or null. */
+    ExactNode[] kids;
+    /** Children in {@link #kids}. */
+    int kidCount;
     /** Counters as last merged into the agent's tree. */
     long mergedCalls;
     long mergedBytecodes;

@@ -25,8 +25,6 @@ public final class ExactState {
     int muteArm = -1;
     /** Nesting of {@link Exact#mute} brackets. */
     int muteNest;
-    /** Open-addressing hash table of the nodes by (parent, key); its length is a power of two. */
-    ExactNode[] table;
     /** The nodes in creation order (parents before children); {@code nodes[0]} is the root. */
     ExactNode[] nodes;
     /** Nodes in use. */
@@ -38,7 +36,6 @@ public final class ExactState {
 
     ExactState(long tid, int capacity) {
         this.tid = tid;
-        this.table = new ExactNode[capacity * 4];
         this.nodes = new ExactNode[capacity];
         nodes[0] = new ExactNode(-1, -1, 0, 0);
         size = 1;
@@ -51,42 +48,49 @@ public final class ExactState {
         long key = ((long) site << 32) | (method & 0xffffffffL);
         // Consumed (leaf methods have no exit that resets it, see Exact.exit).
         site = -1;
-        ExactNode[] t = table;
-        int h = hash(parent, key) & (t.length - 1);
-        ExactNode c = t[h];
-        if (c != null && c.key == key && c.parent == parent) {
-            return c;
+        ExactNode p = nodes[parent];
+        ExactNode[] k = p.kids;
+        if (k != null) {
+            ExactNode c = k[hash(key) & (k.length - 1)];
+            if (c != null && c.key == key) {
+                return c;
+            }
         }
-        return find(parent, key, h, blocks);
+        return find(p, key, blocks);
     }
 
-    /** The children of one parent hash into the 32 slots after the parent's base (two cache lines), so a
-     *  running method's callees are found in lines that its earlier calls already brought in. */
+    /** Each node has its own table of children, so only siblings collide, and the table of a method that
+     *  runs is in the cache when it calls. */
     @ForceInline
-    static int hash(int parent, long key) {
-        return parent * 0x9E3779B9 + (int) ((key * 0xBF58476D1CE4E5B9L) >>> 59);
+    static int hash(long key) {
+        return (int) ((key * 0x9E3779B97F4A7C15L) >>> 40);
     }
 
     /** The rest of the probe sequence; creates the node when it is not there. */
     @DontInline
-    ExactNode find(int parent, long key, int h, int blocks) {
-        ExactNode[] t = table;
-        int mask = t.length - 1;
+    ExactNode find(ExactNode p, long key, int blocks) {
+        ExactNode[] k = p.kids;
+        if (k == null) {
+            k = new ExactNode[4];
+            p.kids = k;
+        }
+        int mask = k.length - 1;
+        int h = hash(key) & mask;
         while (true) {
-            ExactNode c = t[h];
+            ExactNode c = k[h];
             if (c == null) {
-                return create(parent, key, h, blocks);
+                return create(p, key, h, blocks);
             }
-            if (c.key == key && c.parent == parent) {
+            if (c.key == key) {
                 return c;
             }
             h = (h + 1) & mask;
         }
     }
 
-    private ExactNode create(int parent, long key, int h, int blocks) {
+    private ExactNode create(ExactNode p, long key, int h, int blocks) {
         int n = size;
-        ExactNode c = new ExactNode(key, parent, n, blocks);
+        ExactNode c = new ExactNode(key, p.id, n, blocks);
         if (n == nodes.length) {
             ExactNode[] bigger = new ExactNode[n * 2];
             System.arraycopy(nodes, 0, bigger, 0, n);
@@ -94,25 +98,27 @@ public final class ExactState {
         }
         nodes[n] = c;
         size = n + 1;
-        table[h] = c;
-        if (size * 4 > table.length) {
-            rehash();
+        p.kids[h] = c;
+        if (++p.kidCount * 4 > p.kids.length) {
+            grow(p);
         }
         return c;
     }
 
-    /** Doubles the hash table (kept at most a quarter full). */
-    private void rehash() {
-        ExactNode[] t = new ExactNode[table.length * 2];
-        int mask = t.length - 1;
-        for (int i = 1; i < size; i++) {
-            ExactNode c = nodes[i];
-            int h = hash(c.parent, c.key) & mask;
-            while (t[h] != null) {
-                h = (h + 1) & mask;
+    /** Doubles a node's table of children. */
+    private static void grow(ExactNode p) {
+        ExactNode[] old = p.kids;
+        ExactNode[] k = new ExactNode[old.length * 2];
+        int mask = k.length - 1;
+        for (ExactNode c : old) {
+            if (c != null) {
+                int h = hash(c.key) & mask;
+                while (k[h] != null) {
+                    h = (h + 1) & mask;
+                }
+                k[h] = c;
             }
-            t[h] = c;
         }
-        table = t;
+        p.kids = k;
     }
 }
