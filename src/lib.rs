@@ -6,7 +6,7 @@
 //! ```text
 //! options ──► engine ─────────────► cct ──► resolve ──► output (collapsed, html, json, pprof, text)
 //!            ├ engine::asgct: timer signal → AsyncGetCallTrace → frames
-//!            └ engine::bytecode / engine::exact: class rewriting → helper calls → reified stack → frames
+//!            └ engine::rewriting (bytecode, exact): class rewriting → helper calls → reified stack or per-thread trees → frames
 //! ```
 //!
 //! [`classfile`] and [`rewrite`] have no JVMTI dependency; [`output`] knows nothing of engines.

@@ -93,6 +93,8 @@ pub struct Options {
     pub maxpath: u32,
     /// bytecode/exact: keep callsites apart in the CCT.
     pub callsite: bool,
+    /// exact: count every basic block per calling context.
+    pub bb: bool,
     /// bytecode/exact: only classes matching one of these patterns are rewritten (empty: all).
     pub include: Vec<String>,
     /// bytecode/exact: classes matching these patterns are not rewritten.
@@ -118,6 +120,7 @@ impl Default for Options {
             rand: 100,
             maxpath: 50,
             callsite: true,
+            bb: false,
             include: Vec::new(),
             exclude: Vec::new(),
         }
@@ -140,7 +143,7 @@ impl fmt::Display for OptionError {
 /// Every option: key, accepted values, default, meaning. The help text and the README table come from
 /// here.
 pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
-    ("mode", "asgct | bytecode | exact", "asgct", "what to profile (exact is not available yet)"),
+    ("mode", "asgct | bytecode | exact", "asgct", "what to profile"),
     ("interval", "duration 10us..10s (ns, us, ms, s)", "10ms", "asgct: CPU time between samples of a thread"),
     ("timer", "auto | perf | ctimer | itimer", "auto", "asgct: perf if allowed, else ctimer; itimer only on request"),
     (
@@ -163,19 +166,25 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("dump", "duration (0 = only at exit)", "0", "also write the profile at this interval while running"),
     ("gran", "1..1000000000", "10000", "bytecode: bytecodes between two samples of a thread"),
     ("rand", "0..1000000000", "100", "bytecode: a random 0..rand-1 added to each period (fixed seed: reproducible)"),
-    ("maxpath", "0..65535 (0 = no limit)", "50", "bytecode: longest block and longest path without a check, bytecodes"),
-    ("callsite", "on | off", "on", "bytecode: keep calls from different callsites apart"),
+    (
+        "maxpath",
+        "0..65535 (0 = no limit)",
+        "50",
+        "bytecode/exact: longest block and longest path without a check, bytecodes",
+    ),
+    ("callsite", "on | off", "on", "bytecode/exact: keep calls from different callsites apart"),
+    ("bb", "on | off", "off", "exact: also count every basic block in every calling context"),
     (
         "include",
         "class pattern, * and ? wildcards (repeatable, or :-separated)",
         "all",
-        "bytecode: rewrite only matching classes",
+        "bytecode/exact: rewrite only matching classes",
     ),
     (
         "exclude",
         "class pattern, * and ? wildcards (repeatable, or :-separated)",
         "none",
-        "bytecode: do not rewrite matching classes",
+        "bytecode/exact: do not rewrite matching classes",
     ),
     ("control", "on | off", "on", "open the control socket that kprof start/stop/dump/status use"),
     ("help", "(no value)", "", "print this help and exit"),
@@ -293,6 +302,7 @@ impl Options {
                 "threads" => o.threads = parse_switch(key, value)?,
                 "control" => o.control = parse_switch(key, value)?,
                 "callsite" => o.callsite = parse_switch(key, value)?,
+                "bb" => o.bb = parse_switch(key, value)?,
                 "gran" => o.gran = parse_range(key, need()?, 1, 1_000_000_000)? as u32,
                 "rand" => o.rand = parse_range(key, need()?, 0, 1_000_000_000)? as u32,
                 "maxpath" => o.maxpath = parse_range(key, need()?, 0, 65535)? as u32,
@@ -342,9 +352,9 @@ impl Options {
             };
             o.files.push(OutputFile { path, format: fmt });
         }
-        if matches!(o.mode, Mode::Exact) {
+        if o.bb && o.mode != Mode::Exact {
             return Err(OptionError(format!(
-                "kprof: bad option 'mode={}': not available in this build yet; accepted: asgct",
+                "kprof: bad option 'bb=on': accepted only with mode=exact (this is mode={})",
                 o.mode.name()
             )));
         }
@@ -448,7 +458,9 @@ mod tests {
         let cases = [
             ("bogus=1", "unknown option 'bogus'"),
             ("mode=fast", "'mode=fast'"),
-            ("mode=exact", "'mode=exact'"),
+            ("mode=exactly", "'mode=exactly'"),
+            ("bb=some", "'bb=some'"),
+            ("mode=bytecode,bb=on", "'bb=on'"),
             ("gran=0", "'gran=0'"),
             ("rand=-1", "'rand=-1'"),
             ("maxpath=70000", "'maxpath=70000'"),

@@ -14,7 +14,7 @@ pub mod resolve;
 
 use crate::cct::{Cct, ROOT};
 use crate::engine::asgct::{timer::gettid, Sampler};
-use crate::engine::bytecode::BytecodeEngine;
+use crate::engine::rewriting::RewritingEngine;
 use crate::frame::FrameId;
 use crate::jvmti::bindings::*;
 use crate::jvmti::{vmstructs, JavaVm, Jni, Jvmti};
@@ -173,7 +173,8 @@ fn parse_options(text: Option<&str>) -> Result<Options, String> {
     Ok(options)
 }
 
-fn create_agent(vm: JavaVm, options: Options) -> Result<&'static Agent, String> {
+/// `at_start`: called from Agent_OnLoad (the VM has not started: native methods can be wrapped).
+fn create_agent(vm: JavaVm, options: Options, at_start: bool) -> Result<&'static Agent, String> {
     let jvmti = vm.jvmti(JVMTI_VERSION_1_2).ok_or("kprof: cannot get a JVMTI environment (JVMTI 1.2+ needed)")?;
     let cct_bytes = options.cct_mb as usize * 1024 * 1024;
     let cct: &'static Cct =
@@ -195,7 +196,7 @@ fn create_agent(vm: JavaVm, options: Options) -> Result<&'static Agent, String> 
     }));
     AGENT.set(agent).map_err(|_| "kprof: loaded twice")?;
     let mode = lock(&agent.session).options.clone();
-    agent.setup_events(&mode)?;
+    agent.setup_events(&mode, at_start)?;
     Ok(agent)
 }
 
@@ -207,7 +208,7 @@ fn on_load(vm: JavaVm, text: Option<&str>) -> Result<(), String> {
     for f in &options.files {
         check_writable(&expand_path(&f.path, std::process::id(), 0, 1));
     }
-    create_agent(vm, options)?;
+    create_agent(vm, options, true)?;
     Ok(())
 }
 
@@ -219,7 +220,7 @@ fn on_attach(vm: JavaVm, text: Option<&str>) -> Result<String, String> {
     let jni = vm.jni().ok_or("kprof: the attach thread has no JNI environment")?;
     let agent = match AGENT.get() {
         Some(a) => a,
-        None => create_agent(vm, options.clone())?,
+        None => create_agent(vm, options.clone(), false)?,
     };
     let result = agent.start_session(jni, options);
     if agent.session_control() {
@@ -252,13 +253,15 @@ const SESSION_EVENTS: [jvmtiEvent; 4] =
     [JVMTI_EVENT_THREAD_START, JVMTI_EVENT_THREAD_END, JVMTI_EVENT_CLASS_PREPARE, JVMTI_EVENT_COMPILED_METHOD_LOAD];
 
 impl Agent {
-    fn setup_events(&self, options: &Options) -> Result<(), String> {
+    fn setup_events(&self, options: &Options, at_start: bool) -> Result<(), String> {
         let potential =
             self.jvmti.potential_capabilities().map_err(|e| format!("kprof: GetPotentialCapabilities: {e}"))?;
         let mut caps = jvmtiCapabilities::default();
-        let rewriting = options.mode == Mode::Bytecode;
+        let rewriting = matches!(options.mode, Mode::Bytecode | Mode::Exact);
+        // Native methods get wrappers only when every class can be given them as it is first defined.
+        let natives = at_start && options.mode == Mode::Exact;
         if rewriting {
-            BytecodeEngine::capabilities(&potential, &mut caps)
+            RewritingEngine::capabilities(&potential, &mut caps, natives)
                 .map_err(|e| format!("kprof: mode={}: {e}", options.mode.name()))?;
         }
         // Lets HotSpot record debug info at non-safepoint PCs (DebugNonSafepoints), so AsyncGetCallTrace
@@ -280,7 +283,7 @@ impl Agent {
         };
         self.jvmti.set_event_callbacks(&callbacks).map_err(|e| format!("kprof: SetEventCallbacks: {e}"))?;
         if rewriting {
-            BytecodeEngine::create(self.cct, self.jvmti, options)
+            RewritingEngine::create(self.cct, self.jvmti, options, natives)
                 .map_err(|e| format!("kprof: mode={}: {e}", options.mode.name()))?;
             self.jvmti
                 .set_event(JVMTI_EVENT_CLASS_FILE_LOAD_HOOK, true)
@@ -294,19 +297,19 @@ impl Agent {
         Ok(())
     }
 
-    /// The bytecode engine, created on first use: at Agent_OnLoad for mode=bytecode, or later (attach,
-    /// `kprof start mode=bytecode` in a JVM that started profiling another way), when the live-phase
-    /// capabilities allow it.
-    fn rewriting_engine(&self, options: &Options) -> Result<&'static BytecodeEngine, String> {
-        if let Some(e) = BytecodeEngine::get() {
+    /// The rewriting engine, created on first use: at Agent_OnLoad for mode=bytecode or exact, or later
+    /// (attach, `kprof start mode=...` in a JVM that started profiling another way), when the live-phase
+    /// capabilities allow it (native methods then get no wrappers).
+    fn rewriting_engine(&self, options: &Options) -> Result<&'static RewritingEngine, String> {
+        if let Some(e) = RewritingEngine::get() {
             return Ok(e);
         }
         let fail = |e: String| format!("kprof: mode={}: {e}", options.mode.name());
         let potential = self.jvmti.potential_capabilities().map_err(|e| fail(e.to_string()))?;
         let mut caps = jvmtiCapabilities::default();
-        BytecodeEngine::capabilities(&potential, &mut caps).map_err(fail)?;
+        RewritingEngine::capabilities(&potential, &mut caps, false).map_err(fail)?;
         self.jvmti.add_capabilities(&caps).map_err(|e| fail(format!("AddCapabilities: {e}")))?;
-        let engine = BytecodeEngine::create(self.cct, self.jvmti, options).map_err(fail)?;
+        let engine = RewritingEngine::create(self.cct, self.jvmti, options, false).map_err(fail)?;
         self.jvmti
             .set_event(JVMTI_EVENT_CLASS_FILE_LOAD_HOOK, true)
             .map_err(|e| fail(format!("ClassFileLoadHook: {e}")))?;
@@ -362,12 +365,11 @@ impl Agent {
                 session.running = true;
                 self.register_live_threads(jni, o.threads);
             }
-            Mode::Bytecode => {
+            Mode::Bytecode | Mode::Exact => {
                 let engine = self.rewriting_engine(&o)?;
-                engine.start(jni, o.threads).map_err(|e| format!("kprof: mode=bytecode not started: {e}"))?;
+                engine.start(jni, &o).map_err(|e| format!("kprof: mode={} not started: {e}", o.mode.name()))?;
                 session.running = true;
             }
-            Mode::Exact => return Err("kprof: mode=exact is not available yet".into()),
         }
         session.next_dump = (o.dump_ns > 0).then(|| session.started + Duration::from_nanos(o.dump_ns));
         let timer = session.sampler.map(|s| s.timer.name()).unwrap_or("none");
@@ -375,6 +377,11 @@ impl Agent {
             Mode::Asgct => {
                 format!("ok state=running mode=asgct timer={timer} interval={}", format_interval(o.interval_ns))
             }
+            Mode::Exact => format!(
+                "ok state=running mode=exact bb={} natives={}",
+                if o.bb { "on" } else { "off" },
+                if RewritingEngine::get().is_some_and(|e| e.wraps_natives()) { "on" } else { "off" }
+            ),
             _ => format!("ok state=running mode={} gran={} rand={}", o.mode.name(), o.gran, o.rand),
         })
     }
@@ -390,9 +397,11 @@ impl Agent {
             if let Some(s) = session.sampler {
                 s.stop();
             }
-            if session.options.mode == Mode::Bytecode {
-                if let (Some(engine), Some(jni)) = (BytecodeEngine::get(), jni) {
-                    session.residual = engine.residual(jni);
+            if matches!(session.options.mode, Mode::Bytecode | Mode::Exact) {
+                if let (Some(engine), Some(jni)) = (RewritingEngine::get(), jni) {
+                    if session.options.mode == Mode::Bytecode {
+                        session.residual = engine.residual(jni);
+                    }
                     engine.stop(jni, restore);
                 }
             }
@@ -408,6 +417,11 @@ impl Agent {
     fn dump(&self, jni: Option<Jni>, files: Option<Vec<OutputFile>>) -> Result<Vec<String>, String> {
         let job = {
             let mut session = lock(&self.session);
+            if session.running && session.options.mode == Mode::Exact {
+                if let (Some(engine), Some(jni)) = (RewritingEngine::get(), jni) {
+                    engine.before_write(jni);
+                }
+            }
             self.write_job(&mut session, files, false)
         };
         Ok(self.write(jni, job))
@@ -721,25 +735,42 @@ impl Agent {
             c.insert("threads_refused".into(), s.stats.threads_refused.load(Ordering::Relaxed));
             c.insert("sampled_cpu_ns".into(), s.sampled_cpu_ns());
         }
-        if o.mode == Mode::Bytecode {
+        if matches!(o.mode, Mode::Bytecode | Mode::Exact) {
             meta.weight_unit = WeightUnit::Bytecodes;
-            meta.interval = o.gran as u64;
-            if let Some(e) = BytecodeEngine::get() {
+            if let Some(e) = RewritingEngine::get() {
                 let c = &mut meta.counters;
+                if o.mode == Mode::Bytecode {
+                    meta.interval = o.gran as u64;
+                    let st = &e.bytecode;
+                    let sampled = st.sampled_bytecodes.load(Ordering::Relaxed);
+                    c.insert("samples".into(), st.samples.load(Ordering::Relaxed));
+                    c.insert("sampled_bytecodes".into(), sampled);
+                    c.insert("residual_bytecodes".into(), session.residual);
+                    c.insert("estimated_bytecodes".into(), sampled + session.residual);
+                    c.insert("gran".into(), o.gran as u64);
+                    c.insert("rand".into(), o.rand as u64);
+                } else {
+                    meta.interval = 0;
+                    let st = &e.exact;
+                    c.insert("calls".into(), st.calls.load(Ordering::Relaxed));
+                    c.insert("bytecodes".into(), st.bytecodes.load(Ordering::Relaxed));
+                    c.insert("tree_merges".into(), st.merges.load(Ordering::Relaxed));
+                    c.insert("overflow_calls".into(), st.overflow_calls.load(Ordering::Relaxed));
+                    c.insert("bb".into(), o.bb as u64);
+                    c.insert("natives".into(), e.wraps_natives() as u64);
+                    c.insert("natives_wrapped".into(), e.stats.natives_wrapped.load(Ordering::Relaxed));
+                    c.insert(
+                        "classes_with_natives_wrapped".into(),
+                        e.stats.classes_with_natives_wrapped.load(Ordering::Relaxed),
+                    );
+                }
                 let st = &e.stats;
-                let sampled = st.sampled_bytecodes.load(Ordering::Relaxed);
-                c.insert("samples".into(), st.samples.load(Ordering::Relaxed));
-                c.insert("sampled_bytecodes".into(), sampled);
-                c.insert("residual_bytecodes".into(), session.residual);
-                c.insert("estimated_bytecodes".into(), sampled + session.residual);
                 c.insert("classes_seen".into(), st.classes_seen.load(Ordering::Relaxed));
                 c.insert("classes_rewritten".into(), st.classes_rewritten.load(Ordering::Relaxed));
                 c.insert("classes_retransformed".into(), st.classes_retransformed.load(Ordering::Relaxed));
                 c.insert("classes_filtered".into(), st.classes_filtered.load(Ordering::Relaxed));
                 c.insert("classes_failed".into(), st.classes_failed.load(Ordering::Relaxed));
                 c.insert("retransform_failures".into(), st.retransform_failures.load(Ordering::Relaxed));
-                c.insert("gran".into(), o.gran as u64);
-                c.insert("rand".into(), o.rand as u64);
                 let rs = lock(&e.rewrite_stats);
                 c.insert("methods_rewritten".into(), rs.methods_rewritten);
                 c.insert("methods_left_alone".into(), rs.left_alone_total());
@@ -760,11 +791,17 @@ impl Agent {
         let t0 = Instant::now();
         let snapshot = self.cct.snapshot();
         let names = lock(&self.thread_names).clone();
-        let profile = {
+        let exact_blocks = job.meta.mode == "exact" && job.meta.counters.get("bb").is_some_and(|&b| b != 0);
+        let mut profile = {
             let mut resolver = lock(&self.resolver);
-            let methods = BytecodeEngine::get().map(|e| &*e.methods);
+            let methods = RewritingEngine::get().map(|e| &*e.methods);
             resolver.profile(&snapshot, job.meta, &NameSources { jvmti: self.jvmti, jni, threads: &names, methods })
         };
+        if exact_blocks {
+            if let Some(e) = RewritingEngine::get() {
+                attach_blocks(&mut profile, &snapshot, e);
+            }
+        }
         let mut written = Vec::new();
         for f in &job.files {
             let path = expand_path(&f.path, std::process::id(), job.start_secs, job.number);
@@ -775,7 +812,8 @@ impl Agent {
             }
         }
         if job.summary {
-            print_summary(&profile.meta, job.interval_ns, &written, t0.elapsed());
+            let contexts = profile.nodes.iter().filter(|n| n.calls > 0).count();
+            print_summary(&profile.meta, job.interval_ns, contexts, &written, t0.elapsed());
         }
         written
     }
@@ -792,6 +830,27 @@ impl Agent {
     }
 }
 
+/// Exact mode, `bb=on`: each context's block counts with the blocks' bytecode ranges. The profile's nodes
+/// are the snapshot's, in the same order.
+fn attach_blocks(profile: &mut crate::profile::Profile, snapshot: &[crate::cct::SnapNode], e: &RewritingEngine) {
+    let all = e.exact.all_blocks();
+    for (i, sn) in snapshot.iter().enumerate() {
+        let Some(counts) = all.get(&sn.node) else { continue };
+        let Some(crate::frame::FrameRef::Method(id)) = sn.frame.decode() else { continue };
+        let Some(layout) = e.methods.blocks(id) else { continue };
+        profile.nodes[i].blocks = layout
+            .spans
+            .iter()
+            .zip(counts)
+            .map(|(span, &count)| crate::profile::BlockCount {
+                start_bci: span.start_bci,
+                end_bci: span.end_bci,
+                count,
+            })
+            .collect();
+    }
+}
+
 fn absolute(path: &str) -> String {
     let p = std::path::Path::new(path);
     if p.is_absolute() {
@@ -800,8 +859,38 @@ fn absolute(path: &str) -> String {
     std::env::current_dir().map(|d| d.join(p).display().to_string()).unwrap_or_else(|_| path.to_string())
 }
 
-fn print_summary(meta: &Meta, interval_ns: u64, written: &[String], write_time: Duration) {
+/// `contexts`: calling contexts with calls (exact mode).
+fn print_summary(meta: &Meta, interval_ns: u64, contexts: usize, written: &[String], write_time: Duration) {
     let c = |k: &str| meta.counters.get(k).copied().unwrap_or(0);
+    if meta.mode == "exact" {
+        let reasons: Vec<String> = meta
+            .counters
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix("left_alone.").map(|r| format!("{r}:{v}")))
+            .collect();
+        let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
+        let on_off = |k: &str| if c(k) != 0 { "on" } else { "off" };
+        say(&format!(
+            "mode=exact bb={} natives={} calls={} bytecodes={} contexts={} classes_rewritten={} retransformed={} filtered={} failed={} methods_rewritten={} natives_wrapped={} left_alone={} ({}) overflow={} write_ms={} files={}",
+            on_off("bb"),
+            on_off("natives"),
+            c("calls"),
+            c("bytecodes"),
+            contexts,
+            c("classes_rewritten"),
+            c("classes_retransformed"),
+            c("classes_filtered"),
+            c("classes_failed") + c("retransform_failures"),
+            c("methods_rewritten"),
+            c("natives_wrapped"),
+            c("methods_left_alone"),
+            if reasons.is_empty() { "none".to_string() } else { reasons.join(",") },
+            c("overflow_calls"),
+            write_time.as_millis(),
+            files
+        ));
+        return;
+    }
     if meta.mode == "bytecode" {
         let reasons: Vec<String> = meta
             .counters
@@ -908,7 +997,7 @@ unsafe extern "C" fn on_thread_end(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thr
         if let Some(s) = Sampler::get() {
             s.unregister(gettid());
         }
-        if let Some(e) = BytecodeEngine::get().filter(|e| e.is_active()) {
+        if let Some(e) = RewritingEngine::get().filter(|e| e.is_active()) {
             // SAFETY: the JVM passes the calling thread's JNIEnv.
             e.thread_ended(unsafe { Jni::from_raw(jni) });
         }
@@ -919,8 +1008,8 @@ unsafe extern "C" fn on_thread_end(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thr
 unsafe extern "C" fn on_class_file_load_hook(
     jvmti: *mut jvmtiEnv,
     _jni: *mut JNIEnv,
-    _class_being_redefined: jclass,
-    _loader: jobject,
+    class_being_redefined: jclass,
+    loader: jobject,
     name: *const c_char,
     _protection_domain: jobject,
     class_data_len: jint,
@@ -929,7 +1018,7 @@ unsafe extern "C" fn on_class_file_load_hook(
     new_class_data: *mut *mut u8,
 ) {
     guard((), || {
-        let Some(engine) = BytecodeEngine::get() else { return };
+        let Some(engine) = RewritingEngine::get() else { return };
         if class_data.is_null() || class_data_len <= 0 || new_class_data.is_null() || new_class_data_len.is_null() {
             return;
         }
@@ -937,7 +1026,7 @@ unsafe extern "C" fn on_class_file_load_hook(
         let name = (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) }.to_string_lossy());
         // SAFETY: as above.
         let data = unsafe { std::slice::from_raw_parts(class_data, class_data_len as usize) };
-        if let Some(out) = engine.transform(name.as_deref(), data) {
+        if let Some(out) = engine.transform(name.as_deref(), data, class_being_redefined.is_null(), loader.is_null()) {
             // SAFETY: the JVM passes its JVMTI environment.
             let jvmti = unsafe { Jvmti::from_raw(jvmti) };
             if let Ok(p) = jvmti.allocate_copy(&out) {
@@ -955,7 +1044,7 @@ unsafe extern "C" fn on_class_load(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, _th
 
 unsafe extern "C" fn on_class_prepare(jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thread: jthread, klass: jclass) {
     guard((), || {
-        if let Some(e) = BytecodeEngine::get() {
+        if let Some(e) = RewritingEngine::get() {
             // SAFETY: the JVM passes the calling thread's JNIEnv.
             e.class_prepared(unsafe { Jni::from_raw(jni) }, klass);
             return;

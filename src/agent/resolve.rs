@@ -57,7 +57,13 @@ impl Resolver {
                 Frame::thread(src.threads.get(n as usize).map(String::as_str).unwrap_or("unknown"))
             }
             Some(FrameRef::Method(id)) => match src.methods.and_then(|t| t.name(id)) {
-                Some(m) => Frame::java(&m.class.replace('/', "."), &m.name, &m.descriptor),
+                Some(m) => {
+                    let mut f = Frame::java(&m.class.replace('/', "."), &m.name, &m.descriptor);
+                    if m.native {
+                        f.kind = FrameKind::Native;
+                    }
+                    f
+                }
                 None => Frame::pseudo(Pseudo::UnknownMethod.name()),
             },
             None => Frame::pseudo(Pseudo::UnknownMethod.name()),

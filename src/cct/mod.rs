@@ -54,6 +54,8 @@ pub struct Cct {
 /// One node as [`Cct::snapshot`] returns it; `parent` indexes the snapshot (the root is its own parent).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SnapNode {
+    /// The node in the tree (what per-node side tables, such as exact mode's block counts, are keyed by).
+    pub node: NodeId,
     pub frame: FrameId,
     pub callsite: i32,
     pub parent: u32,
@@ -238,6 +240,7 @@ impl Cct {
         let read = |idx: NodeId, parent: u32| {
             let n = &self.nodes[idx as usize];
             SnapNode {
+                node: idx,
                 frame: FrameId(n.frame.load(Ordering::Relaxed)),
                 callsite: n.callsite.load(Ordering::Relaxed),
                 parent,

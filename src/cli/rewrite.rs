@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::classfile::edit::{EditLimits, DEFAULT_BUDGET};
 use crate::classfile::{roundtrip_rebuild, ClassFile};
 use crate::rewrite::input::{for_each_class, output_path, zip_part, Zip};
+use crate::rewrite::natives::wrap_natives;
 use crate::rewrite::{Mode, RewriteStats, Rewriter, SkipPolicy};
 
 const USAGE: &str = "\
@@ -63,7 +64,8 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
             "--mode" => {
                 let v = value("--mode")?;
                 o.mode = Some(
-                    Mode::parse(&v).ok_or_else(|| format!("unknown mode '{v}' (accepted: probe, bytecode, none)"))?,
+                    Mode::parse(&v)
+                        .ok_or_else(|| format!("unknown mode '{v}' (accepted: probe, bytecode, exact, none)"))?,
                 );
             }
             "--out" => o.out = Some(PathBuf::from(value("--out")?)),
@@ -93,8 +95,11 @@ fn parse_args(args: &[String]) -> Result<Options, String> {
     if o.out.is_some() && o.mode.is_none() {
         return Err("--out needs --mode".into());
     }
-    o.policy =
-        policy.unwrap_or(if o.mode == Some(Mode::Bytecode) { SkipPolicy::agent() } else { SkipPolicy::minimal() });
+    o.policy = policy.unwrap_or(if matches!(o.mode, Some(Mode::Bytecode | Mode::Exact)) {
+        SkipPolicy::agent()
+    } else {
+        SkipPolicy::minimal()
+    });
     Ok(o)
 }
 
@@ -141,6 +146,8 @@ fn run(o: &Options) -> Result<bool, String> {
     let mut rewriter = o.mode.map(|m| Rewriter::new(m, o.policy, EditLimits { budget: o.budget }));
     let mut out = Vec::new();
     let mut rebuilt = Vec::new();
+    let mut wrapped_bytes: Vec<u8> = Vec::new();
+    let mut stats_natives = 0u64;
     let started = Instant::now();
     for input in &o.inputs {
         let source = input.display().to_string();
@@ -168,6 +175,20 @@ fn run(o: &Options) -> Result<bool, String> {
             }
             if let Some(rw) = rewriter.as_mut() {
                 let t = Instant::now();
+                // Exact mode gives native methods wrappers first, as the agent does at load time.
+                let wrapped = (o.mode == Some(Mode::Exact)).then(|| wrap_natives(data).ok().flatten()).flatten();
+                let data = match wrapped {
+                    Some(w) => {
+                        stats_natives += w.wrappers.len() as u64;
+                        rw.set_wrappers(w.wrappers);
+                        wrapped_bytes = w.bytes;
+                        &wrapped_bytes[..]
+                    }
+                    None => {
+                        rw.set_wrappers(Vec::new());
+                        data
+                    }
+                };
                 let r = rw.rewrite_class(data, &mut out, &mut stats);
                 rw_time += t.elapsed();
                 if let Err(e) = &r {
@@ -209,6 +230,9 @@ fn run(o: &Options) -> Result<bool, String> {
     }
     if o.mode.is_some() {
         print_stats(&stats, rw_time);
+    }
+    if o.mode == Some(Mode::Exact) {
+        println!("native methods wrapped: {stats_natives}");
     }
     if !o.quiet {
         println!("total time: {:.2} s", started.elapsed().as_secs_f64());

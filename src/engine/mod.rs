@@ -1,4 +1,4 @@
 //! The profiling engines: each turns program execution into samples or counts in the CCT.
 
 pub mod asgct;
-pub mod bytecode;
+pub mod rewriting;

@@ -541,4 +541,38 @@ impl Jni {
         jni!(self, ReleasePrimitiveArrayCritical, ints, pi, 0);
         Some(r)
     }
+
+    /// A copy of a Java `int[]`'s elements (empty for null).
+    pub fn int_array(self, a: jintArray) -> Vec<i32> {
+        if a.is_null() {
+            return Vec::new();
+        }
+        let n = jni!(self, GetArrayLength, a).max(0) as usize;
+        let mut v = vec![0i32; n];
+        jni!(self, GetIntArrayRegion, a, 0, n as jsize, v.as_mut_ptr());
+        self.clear_exception();
+        v
+    }
+
+    /// A copy of a Java `long[]`'s elements (empty for null).
+    pub fn long_array(self, a: jlongArray) -> Vec<i64> {
+        if a.is_null() {
+            return Vec::new();
+        }
+        let n = jni!(self, GetArrayLength, a).max(0) as usize;
+        let mut v = vec![0i64; n];
+        jni!(self, GetLongArrayRegion, a, 0, n as jsize, v.as_mut_ptr());
+        self.clear_exception();
+        v
+    }
+
+    /// Writes `values` into a Java `int[]` from index 0 (as many as fit).
+    pub fn set_int_array(self, a: jintArray, values: &[i32]) {
+        if a.is_null() {
+            return;
+        }
+        let n = (jni!(self, GetArrayLength, a).max(0) as usize).min(values.len());
+        jni!(self, SetIntArrayRegion, a, 0, n as jsize, values.as_ptr());
+        self.clear_exception();
+    }
 }

@@ -12,13 +12,14 @@
 
 use std::sync::Arc;
 
+use super::flow::Flow;
 use super::methods::MethodTable;
 use super::{MethodInput, MethodTransform};
-use crate::classfile::blocks::{basic_blocks_into, Block, BlockRule, DEFAULT_MAX_PATH};
-use crate::classfile::code::{branch_target, for_each_switch_target, Instructions};
+use crate::classfile::blocks::DEFAULT_MAX_PATH;
+use crate::classfile::code::Instructions;
 use crate::classfile::edit::{CodeEditor, EditError, Refusal};
 use crate::classfile::opcodes::*;
-use crate::classfile::{ConstantPool, Error, Snippet, VType};
+use crate::classfile::{ConstantPool, Snippet, VType};
 
 pub const RUNTIME_CLASS: &str = "kprof/runtime/Bc";
 pub const STATE_CLASS: &str = "kprof/runtime/T";
@@ -62,30 +63,14 @@ struct Refs {
     unmute: u16,
 }
 
-/// What the block analysis found about one block.
-#[derive(Clone, Copy, Default)]
-struct BlockInfo {
-    /// Offset of the first call in the block, if any.
-    calls: bool,
-    /// Ends in a return or athrow.
-    terminates: bool,
-    /// Target of a backward edge (a loop header).
-    loop_header: bool,
-    /// Some edge (branch, fall-through, switch, exception) leads here.
-    entered: bool,
-    check: bool,
-}
-
 pub struct BytecodeTransform {
     pub config: BytecodeConfig,
     methods: Arc<MethodTable>,
+    /// (name, descriptor) of this class's native wrappers (exact mode's, when the JVM started with it):
+    /// left as they are, so bytecode-mode profiles look the same either way.
+    wrappers: Vec<(Vec<u8>, Vec<u8>)>,
     refs: Option<Refs>,
-    blocks: Vec<Block>,
-    info: Vec<BlockInfo>,
-    /// Successor block indices, flattened: `succ[succ_start[i]..succ_start[i + 1]]`.
-    succ: Vec<u32>,
-    succ_start: Vec<u32>,
-    marks: Vec<u8>,
+    flow: Flow,
     snippet: Snippet,
 }
 
@@ -94,12 +79,9 @@ impl BytecodeTransform {
         BytecodeTransform {
             config,
             methods,
+            wrappers: Vec::new(),
             refs: None,
-            blocks: Vec::new(),
-            info: Vec::new(),
-            succ: Vec::new(),
-            succ_start: Vec::new(),
-            marks: Vec::new(),
+            flow: Flow::default(),
             snippet: Snippet::new(),
         }
     }
@@ -129,98 +111,6 @@ impl BytecodeTransform {
         };
         self.refs = Some(r);
         Ok(r)
-    }
-
-    fn block_of(&self, offset: i64) -> Option<usize> {
-        if offset < 0 {
-            return None;
-        }
-        let o = offset as u32;
-        let i = self.blocks.partition_point(|b| b.start <= o);
-        (i > 0 && o < self.blocks[i - 1].end).then(|| i - 1)
-    }
-
-    /// Block facts, the control-flow edges, and where the granularity checks go.
-    fn analyse(&mut self, code: &crate::classfile::Code<'_>) -> Result<(), Error> {
-        let bytes = code.code;
-        let n = self.blocks.len();
-        self.info.clear();
-        self.info.resize(n, BlockInfo::default());
-        self.succ.clear();
-        self.succ_start.clear();
-        let mut edges: Vec<(u32, u32)> = Vec::new();
-        let mut insns = Instructions::new(bytes);
-        for (i, b) in self.blocks.clone().iter().enumerate() {
-            let mut last = None;
-            for insn in insns.by_ref() {
-                let insn = insn?;
-                if is_invoke(insn.opcode) {
-                    self.info[i].calls = true;
-                }
-                last = Some(insn);
-                if insn.offset + insn.len >= b.end {
-                    break;
-                }
-            }
-            let Some(last) = last else { continue };
-            let op = last.opcode;
-            let mut add = |t: i64| -> Result<(), Error> {
-                match self.block_of(t) {
-                    Some(j) => {
-                        edges.push((i as u32, j as u32));
-                        Ok(())
-                    }
-                    None => Err(Error::new("branch target out of range", last.offset as usize)),
-                }
-            };
-            let falls_through =
-                !(is_return(op) || matches!(op, GOTO | GOTO_W | ATHROW | RET | TABLESWITCH | LOOKUPSWITCH));
-            if let Some(t) = branch_target(bytes, last.offset as usize)? {
-                add(t)?;
-            }
-            if matches!(op, TABLESWITCH | LOOKUPSWITCH) {
-                for_each_switch_target(bytes, last.offset as usize, &mut add)?;
-            }
-            if falls_through && (b.end as usize) < bytes.len() {
-                add(b.end as i64)?;
-            }
-            self.info[i].terminates = is_return(op) || op == ATHROW;
-        }
-        for e in code.exception_entries() {
-            let Some(h) = self.block_of(e.handler as i64) else { continue };
-            for (i, b) in self.blocks.iter().enumerate() {
-                if b.start < e.end as u32 && b.end > e.start as u32 {
-                    edges.push((i as u32, h as u32));
-                }
-            }
-        }
-        edges.sort_unstable();
-        edges.dedup();
-        // Predecessor lists, and loop headers: targets of edges that do not go forward.
-        let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
-        for &(from, to) in &edges {
-            self.info[to as usize].entered = true;
-            if to <= from {
-                self.info[to as usize].loop_header = true;
-            } else {
-                preds[to as usize].push(from);
-            }
-        }
-        // Checks at Komorium's places, then more where a forward path would run past MaxPath unchecked.
-        // `run[i]`: bytecodes executed since the last check when block i ends.
-        let max_path = if self.config.max_path == 0 { u32::MAX } else { self.config.max_path };
-        let mut run = vec![0u32; n];
-        for i in 0..n {
-            let info = &mut self.info[i];
-            info.check = info.calls || info.terminates || info.loop_header;
-            let entering = preds[i].iter().map(|&p| run[p as usize]).max().unwrap_or(0);
-            let insns = self.blocks[i].insns;
-            if !info.check && entering.saturating_add(insns) > max_path {
-                info.check = true;
-            }
-            run[i] = if info.check { insns } else { entering + insns };
-        }
-        Ok(())
     }
 }
 
@@ -253,6 +143,10 @@ impl BytecodeTransform {
 }
 
 impl MethodTransform for BytecodeTransform {
+    fn set_wrappers(&mut self, wrappers: Vec<(Vec<u8>, Vec<u8>)>) {
+        self.wrappers = wrappers;
+    }
+
     fn edit_intrinsic(
         &mut self,
         m: &MethodInput<'_, '_>,
@@ -272,18 +166,20 @@ impl MethodTransform for BytecodeTransform {
         editor: &mut CodeEditor,
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError> {
-        basic_blocks_into(m.code, BlockRule::Komorium, self.config.max_path, &mut self.marks, &mut self.blocks)?;
-        self.analyse(m.code)?;
+        if self.wrappers.iter().any(|(n, d)| n == m.name && d == m.descriptor) {
+            return Ok(());
+        }
+        self.flow.analyse(m.code, self.config.max_path)?;
         let refs = self.refs(cp)?;
         let id = self.methods.id(m.class_name, m.name, m.descriptor) as i32;
-        let leaf = self.config.leaf_optimization && !self.info.iter().any(|b| b.calls);
+        let leaf = self.config.leaf_optimization && !self.flow.info.iter().any(|b| b.calls);
         let state = editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)?;
         // Leaf methods need no depth local: they read it when they sample.
         let depth = if leaf { 0 } else { editor.add_local(VType::Integer).map_err(EditError::Refused)? };
         // The prologue counts the first block when nothing leads back to it (it then runs exactly once).
-        let fold_first = !self.info.is_empty() && !self.info[0].entered;
-        let first = if fold_first { self.blocks[0].insns as i32 } else { 0 };
-        let first_checks = fold_first && self.info[0].check;
+        let fold_first = self.flow.first_runs_once();
+        let first = if fold_first { self.flow.blocks[0].insns as i32 } else { 0 };
+        let first_checks = fold_first && self.flow.info[0].check;
         let s = &mut self.snippet;
         s.clear();
         match (leaf, first_checks) {
@@ -306,8 +202,8 @@ impl MethodTransform for BytecodeTransform {
         let bytes = m.code.code;
         let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
         let mut insns = Instructions::new(bytes).peekable();
-        for (i, b) in self.blocks.iter().enumerate() {
-            let info = self.info[i];
+        for (i, b) in self.flow.blocks.iter().enumerate() {
+            let info = self.flow.info[i];
             if !leaf && handlers.contains(&b.start) {
                 s.clear();
                 s.aload(state).iload(depth).invokestatic(cp, refs.handler);

@@ -3,9 +3,13 @@
 //! Ids are dense and assigned on first sight of (class, method, descriptor); the same method gets the
 //! same id when its class is retransformed or defined again by another loader. Shared by every thread
 //! that rewrites classes (the ClassFileLoadHook runs on many).
+//!
+//! Exact mode with `bb=on` also records each method's basic blocks: its node arrays hold one counter per
+//! block, so one id must always mean one block layout. A method whose code differs between two loaders
+//! (two versions of a class) gets a second id with the same name when its blocks differ.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The name behind a method id.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,15 +18,35 @@ pub struct MethodName {
     pub class: String,
     pub name: String,
     pub descriptor: String,
+    /// A native method (exact mode's wrapper of it counts its calls).
+    pub native: bool,
 }
 
-/// (class, method, descriptor), as in the class file.
-type MethodKey = (Box<[u8]>, Box<[u8]>, Box<[u8]>);
+/// One basic block of a method as exact mode counts it: bytecode range and instruction count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockSpan {
+    pub start_bci: u32,
+    pub end_bci: u32,
+    pub insns: u32,
+}
+
+/// The blocks of one method: the spans, and whether the first block is counted by the prologue (nothing
+/// jumps back to it, so it runs once per call and has no counter of its own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MethodBlocks {
+    pub spans: Vec<BlockSpan>,
+    pub first_counted_by_calls: bool,
+}
+
+/// (class, method, descriptor, native), as in the class file.
+type MethodKey = (Box<[u8]>, Box<[u8]>, Box<[u8]>, bool);
 
 #[derive(Default)]
 struct Inner {
-    ids: HashMap<MethodKey, u32>,
+    /// Every id of a key (more than one only for methods whose blocks differ between loaders).
+    ids: HashMap<MethodKey, Vec<u32>>,
     names: Vec<MethodName>,
+    blocks: Vec<Option<Arc<MethodBlocks>>>,
 }
 
 /// The table of method ids.
@@ -36,30 +60,69 @@ impl MethodTable {
         MethodTable::default()
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The id of a method, assigned if new. `class` is the internal name.
     pub fn id(&self, class: &[u8], name: &[u8], descriptor: &[u8]) -> u32 {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (Box::<[u8]>::from(class), Box::<[u8]>::from(name), Box::<[u8]>::from(descriptor));
-        if let Some(&id) = inner.ids.get(&key) {
-            return id;
+        self.id_of(class, name, descriptor, false, None)
+    }
+
+    /// The id of native method `name` (a frame named as native).
+    pub fn native_id(&self, class: &[u8], name: &[u8], descriptor: &[u8]) -> u32 {
+        self.id_of(class, name, descriptor, true, None)
+    }
+
+    /// The id of a method whose node arrays hold one counter per block of `blocks`: an id already
+    /// recorded with the same blocks (or with none), else a new one.
+    pub fn id_with_blocks(&self, class: &[u8], name: &[u8], descriptor: &[u8], blocks: MethodBlocks) -> u32 {
+        self.id_of(class, name, descriptor, false, Some(blocks))
+    }
+
+    fn id_of(&self, class: &[u8], name: &[u8], descriptor: &[u8], native: bool, blocks: Option<MethodBlocks>) -> u32 {
+        let mut inner = self.lock();
+        let key = (Box::<[u8]>::from(class), Box::<[u8]>::from(name), Box::<[u8]>::from(descriptor), native);
+        if let Some(ids) = inner.ids.get(&key) {
+            let found = match &blocks {
+                None => Some(ids[0]),
+                Some(b) => {
+                    ids.iter().copied().find(|&id| inner.blocks[id as usize].as_deref().is_none_or(|have| have == b))
+                }
+            };
+            if let Some(id) = found {
+                if let Some(b) = blocks {
+                    if inner.blocks[id as usize].is_none() {
+                        inner.blocks[id as usize] = Some(Arc::new(b));
+                    }
+                }
+                return id;
+            }
         }
         let id = inner.names.len() as u32;
         inner.names.push(MethodName {
             class: String::from_utf8_lossy(class).into_owned(),
             name: String::from_utf8_lossy(name).into_owned(),
             descriptor: String::from_utf8_lossy(descriptor).into_owned(),
+            native,
         });
-        inner.ids.insert(key, id);
+        inner.blocks.push(blocks.map(Arc::new));
+        inner.ids.entry(key).or_default().push(id);
         id
     }
 
     /// The name behind `id`.
     pub fn name(&self, id: u32) -> Option<MethodName> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).names.get(id as usize).cloned()
+        self.lock().names.get(id as usize).cloned()
+    }
+
+    /// The blocks recorded for `id` (exact mode, `bb=on`).
+    pub fn blocks(&self, id: u32) -> Option<Arc<MethodBlocks>> {
+        self.lock().blocks.get(id as usize).cloned().flatten()
     }
 
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).names.len()
+        self.lock().names.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -81,5 +144,26 @@ mod tests {
         assert_eq!(t.name(b).unwrap().descriptor, "(I)V");
         assert_eq!(t.len(), 2);
         assert!(t.name(7).is_none());
+        let n = t.native_id(b"a/B", b"f", b"()V");
+        assert_ne!(n, a);
+        assert!(t.name(n).unwrap().native);
+    }
+
+    #[test]
+    fn one_id_per_block_layout() {
+        let t = MethodTable::new();
+        let blocks = |n: u32| MethodBlocks {
+            spans: (0..n).map(|i| BlockSpan { start_bci: i, end_bci: i + 1, insns: 1 }).collect(),
+            first_counted_by_calls: true,
+        };
+        let plain = t.id(b"a/B", b"f", b"()V");
+        let a = t.id_with_blocks(b"a/B", b"f", b"()V", blocks(2));
+        assert_eq!(a, plain, "an id without blocks takes the first layout");
+        assert_eq!(t.id_with_blocks(b"a/B", b"f", b"()V", blocks(2)), a);
+        let b = t.id_with_blocks(b"a/B", b"f", b"()V", blocks(3));
+        assert_ne!(a, b);
+        assert_eq!(t.name(a), t.name(b));
+        assert_eq!(t.blocks(b).unwrap().spans.len(), 3);
+        assert_eq!(t.id(b"a/B", b"f", b"()V"), a);
     }
 }

@@ -6,8 +6,11 @@
 //! [`SkipReason`] in [`RewriteStats`].
 
 pub mod bytecode;
+pub mod exact;
+pub mod flow;
 pub mod input;
 pub mod methods;
+pub mod natives;
 pub mod policy;
 pub mod probe;
 
@@ -26,6 +29,8 @@ pub enum Mode {
     None,
     /// What mode=bytecode does (bytecode counting, granularity checks, the reified stack).
     Bytecode,
+    /// What mode=exact does (a node per calling context, bytecodes per context).
+    Exact,
 }
 
 impl Mode {
@@ -34,6 +39,7 @@ impl Mode {
             "probe" => Some(Mode::Probe),
             "none" => Some(Mode::None),
             "bytecode" => Some(Mode::Bytecode),
+            "exact" => Some(Mode::Exact),
             _ => None,
         }
     }
@@ -44,6 +50,10 @@ impl Mode {
             Mode::None => Box::new(NoEdit),
             Mode::Bytecode => Box::new(bytecode::BytecodeTransform::new(
                 bytecode::BytecodeConfig::default(),
+                std::sync::Arc::new(methods::MethodTable::new()),
+            )),
+            Mode::Exact => Box::new(exact::ExactTransform::new(
+                exact::ExactConfig::default(),
                 std::sync::Arc::new(methods::MethodTable::new()),
             )),
         }
@@ -73,6 +83,10 @@ pub trait MethodTransform {
         editor: &mut CodeEditor,
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError>;
+
+    /// Names the methods of the next class that wrap a native method (see [`natives`]): a counting mode
+    /// counts them as the native. Default: ignored.
+    fn set_wrappers(&mut self, _wrappers: Vec<(Vec<u8>, Vec<u8>)>) {}
 
     /// A method the policy leaves alone because it is an intrinsic candidate. The JIT may run intrinsic
     /// code instead of its bytecode, so whatever it calls runs only sometimes; a counting mode brackets
@@ -180,6 +194,11 @@ impl Rewriter {
 
     pub fn with_transform(transform: Box<dyn MethodTransform>, policy: SkipPolicy, limits: EditLimits) -> Rewriter {
         Rewriter { policy, limits, transform, editor: CodeEditor::new(), buf: Vec::new(), edits: Vec::new() }
+    }
+
+    /// Tells the transform which methods of the next class are native wrappers ([`natives::wrap_natives`]).
+    pub fn set_wrappers(&mut self, wrappers: Vec<(Vec<u8>, Vec<u8>)>) {
+        self.transform.set_wrappers(wrappers);
     }
 
     /// Rewrites one class into `out` (cleared first). Returns true if the class changed; when it did not, `out`

@@ -1,0 +1,162 @@
+package kprof.harness;
+
+/**
+ * Calls whose number in each calling context is known by construction, for the exact-mode tests. Each
+ * part runs under its own method of this class, called once per round from {@code main} (R rounds, the
+ * first argument, default 10):
+ *
+ * <ul>
+ *   <li>{@code recursion}: {@code down(9)} recurses to {@code down(0)}: ten nested contexts of {@code down},
+ *       R calls each; the innermost calls {@code leaf} once.
+ *   <li>{@code twoSites}: {@code target} is called 3 times from one callsite and 5 times from another of the
+ *       same method: two contexts of R×3 and R×5 calls (one of R×8 when callsites are merged).
+ *   <li>{@code exceptions}: {@code thrower(4)} recurses to {@code thrower(0)}, which throws; {@code exceptions}
+ *       catches it and calls {@code afterCatch} (a child of {@code exceptions}, not of any thrower).
+ *       {@code rethrowing} catches one at its own level and calls {@code inHandler} from its handler.
+ *   <li>{@code threads}: 4 threads each call {@code perThread} 250 times ({@code Worker.run} is the root of
+ *       each thread's contexts: R×4 calls of {@code run}, R×1000 of {@code perThread}).
+ *   <li>{@code branches}: {@code branchy(i)} for i = 0..9, whose basic blocks run a known number of times.
+ * </ul>
+ *
+ * Prints {@code exactcounts: rounds=R checksum=C}.
+ */
+public final class ExactCounts {
+    static long sink;
+
+    static int leaf(int x) {
+        return x * 31 + 7;
+    }
+
+    static int down(int n) {
+        if (n == 0) {
+            return leaf(n);
+        }
+        return down(n - 1) + 1;
+    }
+
+    static int recursion() {
+        return down(9);
+    }
+
+    static int target(int x) {
+        return x ^ 0x5a5a;
+    }
+
+    static int twoSites() {
+        int s = 0;
+        for (int i = 0; i < 3; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i < 5; i++) {
+            s -= target(i);
+        }
+        return s;
+    }
+
+    static final class Boom extends RuntimeException {
+        Boom() {
+            super("boom", null, false, false);
+        }
+    }
+
+    static int thrower(int n) {
+        if (n == 0) {
+            throw new Boom();
+        }
+        return thrower(n - 1) + 1;
+    }
+
+    static int afterCatch(int x) {
+        return x + 1;
+    }
+
+    static int inHandler(int x) {
+        return x + 2;
+    }
+
+    static int rethrowing() {
+        try {
+            return thrower(2);
+        } catch (Boom e) {
+            return inHandler(1);
+        }
+    }
+
+    static int exceptions() {
+        int s = 0;
+        try {
+            s += thrower(4);
+        } catch (Boom e) {
+            s += afterCatch(s);
+        }
+        return s + rethrowing();
+    }
+
+    static final class Worker implements Runnable {
+        long sum;
+
+        @Override
+        public void run() {
+            for (int i = 0; i < 250; i++) {
+                sum += perThread(i);
+            }
+        }
+    }
+
+    static int perThread(int i) {
+        return i * i;
+    }
+
+    static long threads() throws InterruptedException {
+        Worker[] workers = new Worker[4];
+        Thread[] ts = new Thread[4];
+        for (int i = 0; i < 4; i++) {
+            workers[i] = new Worker();
+            ts[i] = new Thread(workers[i], "exactcounts-" + i);
+            ts[i].start();
+        }
+        long s = 0;
+        for (int i = 0; i < 4; i++) {
+            ts[i].join();
+            s += workers[i].sum;
+        }
+        return s;
+    }
+
+    /** Blocks: the test for {@code i % 3}, {@code r = 1} (i = 0, 3, 6, 9: 4 of 10), {@code r = 2} (6 of 10),
+     *  the loop's start, its test (i + 1 times), its body (i times) and the return. */
+    static int branchy(int i) {
+        int r;
+        if (i % 3 == 0) {
+            r = 1;
+        } else {
+            r = 2;
+        }
+        for (int k = 0; k < i; k++) {
+            r += k;
+        }
+        return r;
+    }
+
+    static int branches() {
+        int s = 0;
+        for (int i = 0; i < 10; i++) {
+            s += branchy(i);
+        }
+        return s;
+    }
+
+    public static void main(String[] args) throws InterruptedException {
+        int rounds = args.length > 0 ? Integer.parseInt(args[0]) : 10;
+        long checksum = 0;
+        for (int r = 0; r < rounds; r++) {
+            checksum = checksum * 31 + recursion();
+            checksum = checksum * 31 + twoSites();
+            checksum = checksum * 31 + exceptions();
+            checksum = checksum * 31 + threads();
+            checksum = checksum * 31 + branches();
+        }
+        sink = checksum;
+        System.out.println("exactcounts: rounds=" + rounds + " checksum=" + checksum);
+    }
+}

@@ -1,0 +1,367 @@
+package kprof.runtime;
+
+import jdk.internal.vm.annotation.DontInline;
+import jdk.internal.vm.annotation.ForceInline;
+
+/**
+ * The helpers that exact-mode rewriting calls (JP2/CCCP complete calling-context profiles). Every
+ * invocation of a rewritten method is counted in its callsite-aware calling context, with the bytecodes
+ * its blocks execute ({@code bb=on}: a counter per basic block instead). A rewritten method does:
+ *
+ * <pre>
+ *   prologue:             invokestatic Exact.state()S; astore S; aload S; ldc ID; ldc N;
+ *                         invokestatic Exact.enter(SII)C; astore C
+ *                         (bb=on: ... ldc BLOCKS; invokestatic Exact.enterBlocks(SII)C; astore C)
+ *   each basic block:     aload C; ldc N; invokestatic Exact.count(CI)V           (bb=on: Exact.block(CI)V, block index)
+ *   exception handlers:   aload S; aload C; invokestatic Exact.handler(SC)V       (before the block's helper)
+ *   before calls, new:    aload S; ldc BCI; putfield S.site                        (callsite=on)
+ *   before each return:   aload S; aload C; invokestatic Exact.exit(SC)V
+ *                         (a returning block without calls uses countExit/blockExit at its start instead)
+ *   leaf methods:         ldc ID; ldc N; invokestatic Exact.enterLeaf(II)C; astore C; counts as above;
+ *                         nothing at returns or handlers
+ *   native wrappers:      enter as above with N = 0; before the call of the native: aload S; iconst_m1;
+ *                         putfield S.site; exit before the return
+ *   intrinsic candidates: not counted; invokestatic Exact.mute()V before and Exact.unmute()V after each call
+ * </pre>
+ *
+ * where S is the thread's {@link ExactState} and C the invocation's {@link ExactNode}, both new
+ * locals; ID the method's id, N a block's bytecode count (the prologue
+ * counts the first block when nothing jumps back to it), BCI the call's offset in the original method.
+ *
+ * <p>The current node is kept without instrumenting exceptional exits, like bytecode mode's depth:
+ * {@code enter} takes the node {@code cur} the caller left and the callsite it wrote, finds or creates the
+ * child, and leaves {@code cur} = that child for callees; a normal return restores {@code cur} = parent;
+ * an exception handler re-asserts {@code cur} = its own node. Leaf methods (no calls, no {@code new})
+ * never move it. A native wrapper is a node of the native method; code the native calls back runs with
+ * {@code cur} = that node and callsite -1.
+ *
+ * <p>Each thread counts into its own tree ({@link ExactState}): no atomics or shared writes on the fast
+ * path. The trees go into the agent's one tree ({@link #merge}) when a thread ends and when the agent
+ * writes the profile (then as the difference to what was merged before).
+ *
+ * <p>Everything here is leaf code: no allocation on the fast paths (a new node allocates its array, once
+ * per context and thread), no JDK calls that could be rewritten. Fast paths are {@code @ForceInline},
+ * slow paths {@code @DontInline}. While profiling is off, every thread gets {@link #OFF}, whose node
+ * is {@link #DUMMY}.
+ */
+public final class Exact {
+    /** Set by the agent once the runtime is ready; cleared when profiling stops. */
+    static volatile boolean enabled;
+    static boolean threadRoots;
+    /** The node of invocations that count nothing (profiling off, or below an intrinsic candidate);
+     *  written by every thread, never read. */
+    static final ExactNode DUMMY = new ExactNode(0, 0, 0, 65536);
+    /** The state of threads while profiling is off. */
+    static final ExactState OFF = new ExactState(0, 2);
+
+    private static final int BUCKETS = 1 << 12;
+    /** Per-thread states, hashed by thread id, chained through {@link ExactState#next}; written under LOCK. */
+    private static final ExactState[] TABLE = new ExactState[BUCKETS];
+    private static final Object LOCK = new Object();
+    private static final int INITIAL_NODES = 1024;
+
+    private Exact() {}
+
+    /** Prologue, first: the thread's state (kept in a local for the exit, handler and callsite writes). */
+    @ForceInline
+    public static ExactState state() {
+        return current();
+    }
+
+    /** Prologue, second: this method's node under the caller's node and callsite; counts the call and the
+     *  first block's {@code n} bytecodes. Leaves {@code cur} = the node for callees. */
+    @ForceInline
+    public static ExactNode enter(ExactState s, int method, int n) {
+        int p = s.cur;
+        if (s == OFF || p == s.muteArm) {
+            return DUMMY;
+        }
+        ExactNode c = s.child(p, method, 0);
+        c.calls++;
+        c.bytecodes += n;
+        s.cur = c.id;
+        return c;
+    }
+
+    /** {@link #enter} with {@code bb=on}: the node has {@code blocks} block counters; bytecodes are
+     *  computed from them when the tree is written. */
+    @ForceInline
+    public static ExactNode enterBlocks(ExactState s, int method, int blocks) {
+        int p = s.cur;
+        if (s == OFF || p == s.muteArm) {
+            return DUMMY;
+        }
+        ExactNode c = s.child(p, method, blocks);
+        c.calls++;
+        s.cur = c.id;
+        return c;
+    }
+
+    /** Prologue of a leaf method (no calls, no {@code new}): its node; the current node stays the caller's. */
+    @ForceInline
+    public static ExactNode enterLeaf(int method, int n) {
+        ExactState s = current();
+        int p = s.cur;
+        if (s == OFF || p == s.muteArm) {
+            return DUMMY;
+        }
+        ExactNode c = s.child(p, method, 0);
+        c.calls++;
+        c.bytecodes += n;
+        return c;
+    }
+
+    /** {@link #enterLeaf} with {@code bb=on}. */
+    @ForceInline
+    public static ExactNode enterLeafBlocks(int method, int blocks) {
+        ExactState s = current();
+        int p = s.cur;
+        if (s == OFF || p == s.muteArm) {
+            return DUMMY;
+        }
+        ExactNode c = s.child(p, method, blocks);
+        c.calls++;
+        return c;
+    }
+
+    /** A basic block of {@code n} bytecodes. */
+    @ForceInline
+    public static void count(ExactNode c, int n) {
+        c.bytecodes += n;
+    }
+
+    /** Basic block {@code k} ({@code bb=on}). */
+    @ForceInline
+    public static void block(ExactNode c, int k) {
+        c.blocks[k]++;
+    }
+
+    /** Before a return: callees of the caller hang below the caller's node again. The callsite is reset,
+     *  so code the JVM runs before the caller's next call (a class initializer, a native method's lookup,
+     *  a callback from native code) comes from no known callsite, whatever this method called last (a
+     *  method that is not rewritten leaves the callsite its caller wrote). */
+    @ForceInline
+    public static void exit(ExactState s, ExactNode c) {
+        s.cur = c.parent;
+        s.site = -1;
+    }
+
+    /** A block that returns and calls nothing: counted, and the caller's node restored. */
+    @ForceInline
+    public static void countExit(ExactState s, ExactNode c, int n) {
+        c.bytecodes += n;
+        s.cur = c.parent;
+        s.site = -1;
+    }
+
+    /** {@link #countExit} with {@code bb=on}. */
+    @ForceInline
+    public static void blockExit(ExactState s, ExactNode c, int k) {
+        c.blocks[k]++;
+        s.cur = c.parent;
+        s.site = -1;
+    }
+
+    /** At an exception handler: callees of this invocation hang below its node again, whatever node the
+     *  frames the exception unwound left behind. */
+    @ForceInline
+    public static void handler(ExactState s, ExactNode c) {
+        s.cur = c.id;
+        s.site = -1;
+        s.muteNest = 0;
+        s.muteArm = -1;
+    }
+
+    /** Before a call in an intrinsic candidate: the callee, and everything it calls, counts nothing, as it
+     *  would not run at all once the JIT uses the intrinsic (counts do not depend on the JIT). */
+    @ForceInline
+    public static void mute() {
+        ExactState s = current();
+        if (s.muteNest++ == 0) {
+            s.muteArm = s.cur;
+        }
+    }
+
+    /** After that call returns. */
+    @ForceInline
+    public static void unmute() {
+        ExactState s = current();
+        if (s.muteNest > 0 && --s.muteNest == 0) {
+            s.muteArm = -1;
+        }
+    }
+
+    @ForceInline
+    static ExactState current() {
+        long id = Thread.currentThread().getId();
+        ExactState s = TABLE[(int) id & (BUCKETS - 1)];
+        if (s != null && s.tid == id) {
+            return s;
+        }
+        return lookup(id);
+    }
+
+    /** The state of thread {@code id}, created on its first rewritten invocation; moved to its bucket's head. */
+    @DontInline
+    static ExactState lookup(long id) {
+        if (!enabled) {
+            return OFF;
+        }
+        synchronized (LOCK) {
+            int b = (int) id & (BUCKETS - 1);
+            ExactState prev = null;
+            ExactState s = TABLE[b];
+            while (s != null && s.tid != id) {
+                prev = s;
+                s = s.next;
+            }
+            if (s == null) {
+                s = new ExactState(id, INITIAL_NODES);
+                if (threadRoots) {
+                    s.root = threadRoot(Thread.currentThread().getName());
+                }
+                s.next = TABLE[b];
+            } else if (prev != null) {
+                prev.next = s.next;
+                s.next = TABLE[b];
+            } else {
+                return s;
+            }
+            // ExactState.tid is final, so a thread that reads this slot without the lock sees it set.
+            TABLE[b] = s;
+            return s;
+        }
+    }
+
+    /**
+     * Adds what {@code s} counted since its last merge to the agent's tree. {@code last}: the state is not
+     * merged again (its thread ended, or profiling stops), so nothing is kept for a later difference.
+     * Caller holds LOCK. Reads the owner's counters without synchronisation: a merge while the thread
+     * runs takes whatever values it sees, and the next merge adds the rest.
+     */
+    private static void merge(ExactState s, boolean last) {
+        ExactNode[] nodes = s.nodes;
+        int n = s.size;
+        if (n > nodes.length) {
+            n = nodes.length;
+        }
+        int total = 0;
+        for (int i = 1; i < n; i++) {
+            ExactNode c = nodes[i];
+            if (c == null) {
+                n = i;
+                break;
+            }
+            total += 3 + (c.blocks == null ? 0 : c.blocks.length);
+        }
+        if (n <= 1) {
+            return;
+        }
+        int[] parents = new int[n];
+        long[] keys = new long[n];
+        long[] counts = new long[total];
+        int[] cct = new int[n];
+        cct[0] = s.root;
+        int at = 0;
+        for (int i = 1; i < n; i++) {
+            ExactNode c = nodes[i];
+            parents[i] = c.parent;
+            keys[i] = c.key;
+            cct[i] = c.cct;
+            long calls = c.calls;
+            long bytecodes = c.bytecodes;
+            counts[at++] = calls - c.mergedCalls;
+            counts[at++] = bytecodes - c.mergedBytecodes;
+            if (!last) {
+                c.mergedCalls = calls;
+                c.mergedBytecodes = bytecodes;
+            }
+            long[] blocks = c.blocks;
+            int nb = blocks == null ? 0 : blocks.length;
+            counts[at++] = nb;
+            if (nb > 0) {
+                long[] m = c.mergedBlocks;
+                if (m == null && !last) {
+                    m = new long[nb];
+                    c.mergedBlocks = m;
+                }
+                for (int k = 0; k < nb; k++) {
+                    long v = blocks[k];
+                    counts[at++] = m == null ? v : v - m[k];
+                    if (!last) {
+                        m[k] = v;
+                    }
+                }
+            }
+        }
+        merge(n, parents, keys, counts, cct);
+        for (int i = 1; i < n; i++) {
+            nodes[i].cct = cct[i];
+        }
+    }
+
+    /** Called by the agent when a thread ends (on that thread): merges its tree and forgets its state. */
+    static void threadEnded() {
+        long id = Thread.currentThread().getId();
+        synchronized (LOCK) {
+            int b = (int) id & (BUCKETS - 1);
+            ExactState prev = null;
+            for (ExactState s = TABLE[b]; s != null; prev = s, s = s.next) {
+                if (s.tid == id) {
+                    if (prev == null) {
+                        TABLE[b] = s.next;
+                    } else {
+                        prev.next = s.next;
+                    }
+                    merge(s, true);
+                    return;
+                }
+            }
+        }
+    }
+
+    /** Called by the agent before it writes the profile: merges every live thread's tree. */
+    static void mergeAll() {
+        synchronized (LOCK) {
+            for (ExactState head : TABLE) {
+                for (ExactState s = head; s != null; s = s.next) {
+                    merge(s, false);
+                }
+            }
+        }
+    }
+
+    /** Called by the agent when everything is in place: a new session starts from empty trees. */
+    static void init(boolean perThreadRoots) {
+        synchronized (LOCK) {
+            for (int b = 0; b < BUCKETS; b++) {
+                TABLE[b] = null;
+            }
+            threadRoots = perThreadRoots;
+            enabled = true;
+        }
+    }
+
+    /** Called by the agent when profiling stops: merges what is left; rewritten code keeps running but
+     *  counts nothing. */
+    static void disable() {
+        enabled = false;
+        synchronized (LOCK) {
+            for (int b = 0; b < BUCKETS; b++) {
+                for (ExactState s = TABLE[b]; s != null; s = s.next) {
+                    merge(s, true);
+                }
+                TABLE[b] = null;
+            }
+        }
+    }
+
+    /** Adds nodes {@code 1..n-1} of a thread's tree to the agent's tree: node i has parent
+     *  {@code parents[i]} (0 = the thread's root, agent node {@code cctNodes[0]}) and key {@code keys[i]};
+     *  {@code counts} holds, node after node, calls, bytecodes, the number of block counters and those
+     *  counters. {@code cctNodes[i]} is the agent's node of node i (0 until the first merge finds it). */
+    private static native void merge(int n, int[] parents, long[] keys, long[] counts, int[] cctNodes);
+
+    /** The CCT node of a thread's root ({@code threads=on}). */
+    private static native int threadRoot(String name);
+}

@@ -1,0 +1,124 @@
+package kprof.runtime;
+
+import jdk.internal.vm.annotation.DontInline;
+import jdk.internal.vm.annotation.ForceInline;
+
+/**
+ * The per-thread state of exact mode: the thread's own calling context tree and where the thread is in it.
+ * One per Java thread, found by {@link Exact#enter}. Only its own thread writes it (the merge, under
+ * {@link Exact}'s lock, only reads it and writes {@link #merged} and {@link #cctNodes}), except
+ * {@link Exact#OFF}, a shared dummy whose values are never read.
+ *
+ * <p>A node is an {@link ExactNode}; rewritten code keeps its invocation's node in a local and counts into
+ * it directly. The tree refers to nodes by number ({@link #cur} is an int), so the call path stores no
+ * references (no GC write barrier per call). Node 0 is the thread's root.
+ */
+public final class ExactState {
+    /** The owning thread's id ({@code Thread.getId()}); never reused by the JVM. */
+    final long tid;
+    /** The node whose callees are being called: the running invocation's node. */
+    public int cur;
+    /** Callsite of the call being made (callsite=on): written by the caller, read by the callee; -1 for
+     *  calls from native code. */
+    public int site = -1;
+    /** Invocations entering below this node count nothing (calls made by an intrinsic candidate); -1: none. */
+    int muteArm = -1;
+    /** Nesting of {@link Exact#mute} brackets. */
+    int muteNest;
+    /** The nodes in creation order (parents before children); {@code nodes[0]} is the root. */
+    ExactNode[] nodes;
+    /** Nodes in use. */
+    int size;
+    /** CCT node of the thread's root in the agent's tree. */
+    int root;
+    /** Next state in the same bucket of {@link Exact}'s table. */
+    ExactState next;
+
+    ExactState(long tid, int capacity) {
+        this.tid = tid;
+        this.nodes = new ExactNode[capacity];
+        nodes[0] = new ExactNode(-1, -1, 0, 0);
+        size = 1;
+    }
+
+    /** The child of node {@code parent} for method {@code method} called from the current callsite, with
+     *  room for {@code blocks} block counters; created on first use. */
+    @ForceInline
+    ExactNode child(int parent, int method, int blocks) {
+        long key = ((long) site << 32) | (method & 0xffffffffL);
+        // Consumed (leaf methods have no exit that resets it, see Exact.exit).
+        site = -1;
+        ExactNode p = nodes[parent];
+        ExactNode[] k = p.kids;
+        if (k != null) {
+            ExactNode c = k[hash(key) & (k.length - 1)];
+            if (c != null && c.key == key) {
+                return c;
+            }
+        }
+        return find(p, key, blocks);
+    }
+
+    /** Each node has its own table of children, so only siblings collide, and the table of a method that
+     *  runs is in the cache when it calls. */
+    @ForceInline
+    static int hash(long key) {
+        return (int) ((key * 0x9E3779B97F4A7C15L) >>> 40);
+    }
+
+    /** The rest of the probe sequence; creates the node when it is not there. */
+    @DontInline
+    ExactNode find(ExactNode p, long key, int blocks) {
+        ExactNode[] k = p.kids;
+        if (k == null) {
+            k = new ExactNode[4];
+            p.kids = k;
+        }
+        int mask = k.length - 1;
+        int h = hash(key) & mask;
+        while (true) {
+            ExactNode c = k[h];
+            if (c == null) {
+                return create(p, key, h, blocks);
+            }
+            if (c.key == key) {
+                return c;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+
+    private ExactNode create(ExactNode p, long key, int h, int blocks) {
+        int n = size;
+        ExactNode c = new ExactNode(key, p.id, n, blocks);
+        if (n == nodes.length) {
+            ExactNode[] bigger = new ExactNode[n * 2];
+            System.arraycopy(nodes, 0, bigger, 0, n);
+            nodes = bigger;
+        }
+        nodes[n] = c;
+        size = n + 1;
+        p.kids[h] = c;
+        if (++p.kidCount * 4 > p.kids.length) {
+            grow(p);
+        }
+        return c;
+    }
+
+    /** Doubles a node's table of children. */
+    private static void grow(ExactNode p) {
+        ExactNode[] old = p.kids;
+        ExactNode[] k = new ExactNode[old.length * 2];
+        int mask = k.length - 1;
+        for (ExactNode c : old) {
+            if (c != null) {
+                int h = hash(c.key) & mask;
+                while (k[h] != null) {
+                    h = (h + 1) & mask;
+                }
+                k[h] = c;
+            }
+        }
+        p.kids = k;
+    }
+}

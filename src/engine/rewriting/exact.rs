@@ -1,0 +1,230 @@
+//! mode=exact's runtime side: `kprof.runtime.Exact` counts every call and block in a per-thread calling
+//! context tree (Java arrays, no synchronisation on the fast path); [`merge`] adds a thread's tree to the
+//! agent's one CCT when the thread ends, and every live thread's tree before the profile is written (then
+//! only what changed since the last merge). Per-node block counts (`bb=on`) live in [`ExactStore`], keyed
+//! by CCT node, since the CCT itself keeps three counters per node.
+
+use super::{runtime_class, thread_root, RewritingEngine};
+use crate::cct::{NodeId, ROOT};
+use crate::frame::FrameId;
+use crate::jvmti::bindings::*;
+use crate::jvmti::Jni;
+use crate::options::Mode;
+use crate::rewrite::methods::MethodBlocks;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What exact mode has merged into the CCT: totals and the block counts per node.
+#[derive(Default)]
+pub struct ExactStore {
+    bb: AtomicBool,
+    /// Block counts per CCT node (`bb=on`), block 0 included.
+    blocks: Mutex<HashMap<NodeId, Vec<u64>>>,
+    pub calls: AtomicU64,
+    pub bytecodes: AtomicU64,
+    /// Merges of a thread's tree (one per thread end, one per live thread and write).
+    pub merges: AtomicU64,
+    /// Calls that found the CCT full (counted on the overflow node).
+    pub overflow_calls: AtomicU64,
+}
+
+impl ExactStore {
+    pub(super) fn reset(&self, bb: bool) {
+        self.bb.store(bb, Ordering::Release);
+        self.blocks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        for c in [&self.calls, &self.bytecodes, &self.merges, &self.overflow_calls] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The block counts of CCT node `node` (`bb=on`), block 0 first.
+    pub fn node_blocks(&self, node: NodeId) -> Option<Vec<u64>> {
+        self.blocks.lock().unwrap_or_else(|e| e.into_inner()).get(&node).cloned()
+    }
+
+    /// Every node's block counts at once (for writing a profile).
+    pub fn all_blocks(&self) -> HashMap<NodeId, Vec<u64>> {
+        self.blocks.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// Global references into `kprof.runtime.Exact`.
+pub(super) struct ExactRuntime {
+    class: jclass,
+    init: jmethodID,
+    thread_ended: jmethodID,
+    merge_all: jmethodID,
+    disable: jmethodID,
+}
+
+impl ExactRuntime {
+    pub(super) fn load(jni: Jni) -> Result<ExactRuntime, String> {
+        let class = runtime_class(
+            jni,
+            "kprof/runtime/Exact",
+            &[
+                ("merge", "(I[I[J[J[I)V", merge as *mut c_void),
+                ("threadRoot", "(Ljava/lang/String;)I", thread_root as *mut c_void),
+            ],
+        )?;
+        let method = |name: &str, sig: &str| {
+            jni.static_method_id(class, name, sig).ok_or(format!("kprof.runtime.Exact.{name} not found"))
+        };
+        Ok(ExactRuntime {
+            class,
+            init: method("init", "(Z)V")?,
+            thread_ended: method("threadEnded", "()V")?,
+            merge_all: method("mergeAll", "()V")?,
+            disable: method("disable", "()V")?,
+        })
+    }
+
+    pub(super) fn init(&self, jni: Jni, threads: bool) -> Result<(), String> {
+        jni.call_static_void(self.class, self.init, &[jvalue { z: threads as u8 }])
+            .map_err(|_| "kprof.runtime.Exact.init threw".to_string())
+    }
+
+    pub(super) fn thread_ended(&self, jni: Jni) {
+        let _ = jni.call_static_void(self.class, self.thread_ended, &[]);
+    }
+
+    pub(super) fn merge_all(&self, jni: Jni) {
+        let _ = jni.call_static_void(self.class, self.merge_all, &[]);
+    }
+
+    pub(super) fn disable(&self, jni: Jni) {
+        let _ = jni.call_static_void(self.class, self.disable, &[]);
+    }
+}
+
+/// The weight (bytecodes) and the full block vector of a node from its block counters: block 0 is the
+/// call count when the prologue counts it.
+fn block_counts(blocks: &MethodBlocks, calls: u64, counters: &[i64]) -> (u64, Vec<u64>) {
+    let mut out: Vec<u64> = counters.iter().map(|&c| c.max(0) as u64).collect();
+    out.resize(blocks.spans.len(), 0);
+    if blocks.first_counted_by_calls && !out.is_empty() {
+        out[0] = calls;
+    }
+    let weight = out.iter().zip(&blocks.spans).map(|(&n, s)| n * s.insns as u64).sum();
+    (weight, out)
+}
+
+/// `Exact.merge(int n, int[] parents, long[] keys, long[] counts, int[] cctNodes)`: see `Exact.java`.
+///
+/// # Safety
+/// Called by the JVM as a registered native method, with the calling thread's JNIEnv.
+unsafe extern "C" fn merge(
+    env: *mut JNIEnv,
+    _class: jclass,
+    n: jint,
+    parents: jintArray,
+    keys: jlongArray,
+    counts: jlongArray,
+    cct_nodes: jintArray,
+) {
+    let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == Mode::Exact) else { return };
+    // SAFETY: the JVM passes the calling thread's JNIEnv.
+    let jni = unsafe { Jni::from_raw(env) };
+    let (parents, keys, counts) = (jni.int_array(parents), jni.long_array(keys), jni.long_array(counts));
+    let mut map = jni.int_array(cct_nodes);
+    let n = (n.max(0) as usize).min(parents.len()).min(keys.len()).min(map.len());
+    if n == 0 {
+        return;
+    }
+    let cct = engine.cct();
+    let store = &engine.exact;
+    let callsites = engine.callsites();
+    let bb = store.bb.load(Ordering::Acquire);
+    let root = if map[0] > 0 { map[0] as NodeId } else { ROOT };
+    let mut layouts: HashMap<u32, Option<Arc<MethodBlocks>>> = HashMap::new();
+    let mut new_blocks: Vec<(NodeId, Vec<u64>)> = Vec::new();
+    let (mut total_calls, mut total_bytecodes, mut overflow_calls) = (0u64, 0u64, 0u64);
+    let mut at = 0usize;
+    for i in 1..n {
+        if at + 3 > counts.len() {
+            break;
+        }
+        let (calls, bytecodes, nblocks) = (counts[at].max(0) as u64, counts[at + 1].max(0) as u64, counts[at + 2]);
+        let nblocks = (nblocks.max(0) as usize).min(counts.len() - at - 3);
+        let counters = &counts[at + 3..at + 3 + nblocks];
+        at += 3 + nblocks;
+        let key = keys[i];
+        let method = key as u32;
+        let p = parents[i];
+        let parent = match p {
+            0 => root,
+            p if p > 0 && (p as usize) < i => map[p as usize] as NodeId,
+            _ => cct.overflow(),
+        };
+        if map[i] == 0 {
+            let callsite = if callsites { (key >> 32) as i32 } else { -1 };
+            let node = if parent == 0 || parent == cct.overflow() {
+                cct.overflow()
+            } else {
+                cct.child(parent, FrameId::method(method), callsite).unwrap_or(cct.overflow())
+            };
+            map[i] = node as i32;
+        }
+        let node = map[i] as NodeId;
+        let layout =
+            if bb { layouts.entry(method).or_insert_with(|| engine.methods.blocks(method)).clone() } else { None };
+        let weight = match layout {
+            Some(layout) => {
+                let (weight, blocks) = block_counts(&layout, calls, counters);
+                if blocks.iter().any(|&b| b > 0) {
+                    new_blocks.push((node, blocks));
+                }
+                weight
+            }
+            None => bytecodes,
+        };
+        if calls == 0 && weight == 0 {
+            continue;
+        }
+        cct.add_calls(node, calls, weight);
+        total_calls += calls;
+        total_bytecodes += weight;
+        if node == cct.overflow() {
+            overflow_calls += calls;
+        }
+    }
+    jni.set_int_array(cct_nodes, &map);
+    if !new_blocks.is_empty() {
+        let mut all = store.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        for (node, blocks) in new_blocks {
+            let have = all.entry(node).or_default();
+            if have.len() < blocks.len() {
+                have.resize(blocks.len(), 0);
+            }
+            for (h, b) in have.iter_mut().zip(blocks) {
+                *h += b;
+            }
+        }
+    }
+    store.calls.fetch_add(total_calls, Ordering::Relaxed);
+    store.bytecodes.fetch_add(total_bytecodes, Ordering::Relaxed);
+    store.overflow_calls.fetch_add(overflow_calls, Ordering::Relaxed);
+    store.merges.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rewrite::methods::BlockSpan;
+
+    #[test]
+    fn bytecodes_follow_from_block_counts() {
+        let spans = vec![
+            BlockSpan { start_bci: 0, end_bci: 4, insns: 3 },
+            BlockSpan { start_bci: 4, end_bci: 9, insns: 2 },
+            BlockSpan { start_bci: 9, end_bci: 10, insns: 1 },
+        ];
+        let folded = MethodBlocks { spans: spans.clone(), first_counted_by_calls: true };
+        // Block 0 has a counter slot that stays 0; the calls stand for it.
+        assert_eq!(block_counts(&folded, 5, &[0, 7, 5]), (5 * 3 + 7 * 2 + 5, vec![5, 7, 5]));
+        let looped = MethodBlocks { spans, first_counted_by_calls: false };
+        assert_eq!(block_counts(&looped, 5, &[9, 7, 5]), (9 * 3 + 7 * 2 + 5, vec![9, 7, 5]));
+    }
+}

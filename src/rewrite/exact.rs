@@ -1,0 +1,315 @@
+//! The exact mode's rewrite (JP2 and CCCP, seeds/002 and seeds/001): every invocation finds or creates its
+//! node in the thread's calling context tree and counts itself there, and every basic block adds its
+//! bytecodes to that node (`bb=on`: increments its own counter instead). The Java side is
+//! `java-runtime/src/kprof/runtime/Exact.java`, whose comment shows the inserted sequences.
+//!
+//! Blocks are bytecode mode's (Komorium's rule, split at MaxPath, counted at their start), so on the same
+//! run both modes count the same bytecodes. The current node follows bytecode mode's depth protocol:
+//! `enter` takes the node the caller left and leaves the callee's for its callees, a normal return
+//! restores the caller's, an exception handler re-asserts its own. Leaf methods (no invoke, no `new`) do
+//! not move it. Native methods are counted through the wrappers [`super::natives`] adds.
+
+use std::sync::Arc;
+
+use super::flow::Flow;
+use super::methods::{BlockSpan, MethodBlocks, MethodTable};
+use super::{MethodInput, MethodTransform};
+use crate::classfile::blocks::DEFAULT_MAX_PATH;
+use crate::classfile::code::Instructions;
+use crate::classfile::edit::{CodeEditor, EditError, Refusal};
+use crate::classfile::opcodes::*;
+use crate::classfile::{ConstantPool, Snippet, VType};
+
+pub const RUNTIME_CLASS: &str = "kprof/runtime/Exact";
+pub const STATE_CLASS: &str = "kprof/runtime/ExactState";
+pub const NODE_CLASS: &str = "kprof/runtime/ExactNode";
+
+/// Options of the exact rewrite.
+#[derive(Clone, Copy, Debug)]
+pub struct ExactConfig {
+    /// Longest block, in bytecodes (0: no limit); the same as bytecode mode's so both count alike.
+    pub max_path: u32,
+    /// Record the callsite of every call (the CCT then keeps callsites apart).
+    pub callsites: bool,
+    /// A counter per basic block and context (`bb=on`).
+    pub blocks: bool,
+}
+
+impl Default for ExactConfig {
+    fn default() -> Self {
+        ExactConfig { max_path: DEFAULT_MAX_PATH, callsites: true, blocks: false }
+    }
+}
+
+/// Constant-pool entries of one class.
+#[derive(Clone, Copy, Default)]
+struct Refs {
+    state_class: u16,
+    node_class: u16,
+    state: u16,
+    enter: u16,
+    enter_leaf: u16,
+    count: u16,
+    count_exit: u16,
+    exit: u16,
+    handler: u16,
+    site_field: u16,
+    mute: u16,
+    unmute: u16,
+}
+
+pub struct ExactTransform {
+    pub config: ExactConfig,
+    methods: Arc<MethodTable>,
+    /// (name, descriptor) of this class's native wrappers (see [`super::natives`]).
+    wrappers: Vec<(Vec<u8>, Vec<u8>)>,
+    refs: Option<Refs>,
+    flow: Flow,
+    snippet: Snippet,
+}
+
+impl ExactTransform {
+    pub fn new(config: ExactConfig, methods: Arc<MethodTable>) -> ExactTransform {
+        ExactTransform {
+            config,
+            methods,
+            wrappers: Vec::new(),
+            refs: None,
+            flow: Flow::default(),
+            snippet: Snippet::new(),
+        }
+    }
+
+    fn refs(&mut self, cp: &mut ConstantPool<'_>) -> Result<Refs, EditError> {
+        if let Some(r) = self.refs {
+            return Ok(r);
+        }
+        let full = |_| EditError::Refused(Refusal::ConstantPoolFull);
+        let s = "Lkprof/runtime/ExactState;";
+        let c = "Lkprof/runtime/ExactNode;";
+        let bb = self.config.blocks;
+        let r = Refs {
+            state_class: cp.add_class(STATE_CLASS).map_err(full)?,
+            node_class: cp.add_class(NODE_CLASS).map_err(full)?,
+            state: cp.add_methodref(RUNTIME_CLASS, "state", &format!("(){s}")).map_err(full)?,
+            enter: cp
+                .add_methodref(RUNTIME_CLASS, if bb { "enterBlocks" } else { "enter" }, &format!("({s}II){c}"))
+                .map_err(full)?,
+            enter_leaf: cp
+                .add_methodref(RUNTIME_CLASS, if bb { "enterLeafBlocks" } else { "enterLeaf" }, &format!("(II){c}"))
+                .map_err(full)?,
+            count: cp
+                .add_methodref(RUNTIME_CLASS, if bb { "block" } else { "count" }, &format!("({c}I)V"))
+                .map_err(full)?,
+            count_exit: cp
+                .add_methodref(RUNTIME_CLASS, if bb { "blockExit" } else { "countExit" }, &format!("({s}{c}I)V"))
+                .map_err(full)?,
+            exit: cp.add_methodref(RUNTIME_CLASS, "exit", &format!("({s}{c})V")).map_err(full)?,
+            handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({s}{c})V")).map_err(full)?,
+            site_field: cp.add_fieldref(STATE_CLASS, "site", "I").map_err(full)?,
+            mute: cp.add_methodref(RUNTIME_CLASS, "mute", "()V").map_err(full)?,
+            unmute: cp.add_methodref(RUNTIME_CLASS, "unmute", "()V").map_err(full)?,
+        };
+        self.refs = Some(r);
+        Ok(r)
+    }
+
+    /// A native wrapper: a node for the native method, callsite -1 for whatever the native calls back,
+    /// and no bytecodes of its own (the wrapper is kprof's code).
+    fn edit_wrapper(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        let refs = self.refs(cp)?;
+        let id = self.methods.native_id(m.class_name, m.name, m.descriptor) as i32;
+        let state = editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)?;
+        let node = editor.add_local(VType::Object(refs.node_class)).map_err(EditError::Refused)?;
+        let s = &mut self.snippet;
+        s.clear();
+        s.invokestatic(cp, refs.state)
+            .astore(state)
+            .aload(state)
+            .push_int(cp, id)
+            .push_int(cp, 0)
+            .invokestatic(cp, refs.enter)
+            .astore(node);
+        editor.insert_prologue(s)?;
+        for insn in Instructions::new(m.code.code) {
+            let insn = insn?;
+            s.clear();
+            if is_invoke(insn.opcode) {
+                s.aload(state).op(ICONST_M1).putfield(cp, refs.site_field);
+            } else if is_return(insn.opcode) {
+                s.aload(state).aload(node).invokestatic(cp, refs.exit);
+            } else {
+                continue;
+            }
+            editor.insert_before(insn.offset, s)?;
+        }
+        Ok(())
+    }
+}
+
+impl MethodTransform for ExactTransform {
+    fn set_wrappers(&mut self, wrappers: Vec<(Vec<u8>, Vec<u8>)>) {
+        self.wrappers = wrappers;
+    }
+
+    fn begin_class(&mut self, _: &crate::classfile::ClassFile<'_>) {
+        self.refs = None;
+    }
+
+    /// Brackets every call of an intrinsic candidate with `Exact.mute()` / `Exact.unmute()`.
+    fn edit_intrinsic(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        let refs = self.refs(cp)?;
+        let insns: Vec<_> = Instructions::new(m.code.code).collect::<Result<_, _>>()?;
+        for (k, insn) in insns.iter().enumerate() {
+            if !is_invoke(insn.opcode) {
+                continue;
+            }
+            let s = &mut self.snippet;
+            s.clear();
+            s.invokestatic(cp, refs.mute);
+            editor.insert_before(insn.offset, s)?;
+            if let Some(next) = insns.get(k + 1) {
+                s.clear();
+                s.invokestatic(cp, refs.unmute);
+                editor.insert_before(next.offset, s)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn edit_method(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        if self.wrappers.iter().any(|(n, d)| n == m.name && d == m.descriptor) {
+            return self.edit_wrapper(m, editor, cp);
+        }
+        self.flow.analyse(m.code, self.config.max_path)?;
+        let refs = self.refs(cp)?;
+        let bb = self.config.blocks;
+        let fold_first = self.flow.first_runs_once();
+        let id = if bb {
+            let spans = self
+                .flow
+                .blocks
+                .iter()
+                .map(|b| BlockSpan { start_bci: b.start, end_bci: b.end, insns: b.insns })
+                .collect();
+            let blocks = MethodBlocks { spans, first_counted_by_calls: fold_first };
+            self.methods.id_with_blocks(m.class_name, m.name, m.descriptor, blocks)
+        } else {
+            self.methods.id(m.class_name, m.name, m.descriptor)
+        } as i32;
+        // Calls and `new` (a class initializer may run there) need the current node set for callees.
+        let leaf = !self.flow.info.iter().any(|b| b.calls || b.allocates);
+        let state =
+            if leaf { 0 } else { editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)? };
+        let node = editor.add_local(VType::Object(refs.node_class)).map_err(EditError::Refused)?;
+        // The prologue's second argument: bb=off, the first block's bytecodes when it runs once per call;
+        // bb=on, the number of block counters.
+        let arg = match (bb, fold_first) {
+            (true, _) => self.flow.blocks.len() as i32,
+            (false, true) => self.flow.blocks[0].insns as i32,
+            (false, false) => 0,
+        };
+        let s = &mut self.snippet;
+        s.clear();
+        if leaf {
+            s.push_int(cp, id).push_int(cp, arg).invokestatic(cp, refs.enter_leaf).astore(node);
+        } else {
+            s.invokestatic(cp, refs.state)
+                .astore(state)
+                .aload(state)
+                .push_int(cp, id)
+                .push_int(cp, arg)
+                .invokestatic(cp, refs.enter)
+                .astore(node);
+        }
+        editor.insert_prologue(s)?;
+        let bytes = m.code.code;
+        let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
+        let mut insns = Instructions::new(bytes).peekable();
+        for (i, b) in self.flow.blocks.iter().enumerate() {
+            let info = self.flow.info[i];
+            if !leaf && handlers.contains(&b.start) {
+                s.clear();
+                s.aload(state).aload(node).invokestatic(cp, refs.handler);
+                editor.insert_before(b.start, s)?;
+            }
+            // A returning block that calls nothing restores the caller's node at its start (nothing in
+            // it can move the node again), saving a helper at the return.
+            let exit_at_start = !leaf && info.terminates && !info.calls && !info.allocates;
+            let counted_by_prologue = i == 0 && fold_first;
+            // bb=off: the block's bytecodes; bb=on: the block's index.
+            let n = if bb { i as i32 } else { b.insns as i32 };
+            s.clear();
+            match (counted_by_prologue, exit_at_start) {
+                (false, false) => drop(s.aload(node).push_int(cp, n).invokestatic(cp, refs.count)),
+                (false, true) => drop(s.aload(state).aload(node).push_int(cp, n).invokestatic(cp, refs.count_exit)),
+                (true, true) => drop(s.aload(state).aload(node).invokestatic(cp, refs.exit)),
+                (true, false) => {}
+            }
+            if !s.is_empty() {
+                editor.insert_before(b.start, s)?;
+            }
+            while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
+                if is_return(insn.opcode) && !leaf && !exit_at_start {
+                    s.clear();
+                    s.aload(state).aload(node).invokestatic(cp, refs.exit);
+                    editor.insert_before(insn.offset, s)?;
+                } else if (is_invoke(insn.opcode) || insn.opcode == NEW) && self.config.callsites {
+                    s.clear();
+                    s.aload(state).push_int(cp, insn.offset as i32).putfield(cp, refs.site_field);
+                    editor.insert_before(insn.offset, s)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classfile::ClassFile;
+    use crate::classfile::EditLimits;
+    use crate::rewrite::{RewriteStats, Rewriter, SkipPolicy};
+
+    fn harness_class(name: &str) -> Vec<u8> {
+        let path = std::path::Path::new(env!("KPROF_HARNESS_CLASSES")).join(format!("kprof/harness/{name}.class"));
+        std::fs::read(path).unwrap()
+    }
+
+    #[test]
+    fn rewrites_harness_classes_with_and_without_blocks() {
+        for blocks in [false, true] {
+            let table = Arc::new(MethodTable::new());
+            let config = ExactConfig { blocks, ..ExactConfig::default() };
+            let transform = ExactTransform::new(config, Arc::clone(&table));
+            let mut rw = Rewriter::with_transform(Box::new(transform), SkipPolicy::agent(), EditLimits::default());
+            let mut stats = RewriteStats::default();
+            for name in ["FixedWork", "Split3", "Deep", "ThreadSplit", "Deterministic"] {
+                let data = harness_class(name);
+                let mut out = Vec::new();
+                assert!(rw.rewrite_class(&data, &mut out, &mut stats).unwrap(), "{name} unchanged");
+                let c = ClassFile::parse(&out).unwrap();
+                assert_eq!(c.methods.len(), ClassFile::parse(&data).unwrap().methods.len());
+            }
+            assert_eq!(stats.left_alone_total(), 0, "{:?}", stats.left_alone);
+            let fib = (0..table.len() as u32).find(|&i| table.name(i).unwrap().name == "fib").unwrap();
+            assert_eq!(table.blocks(fib).is_some(), blocks);
+        }
+    }
+}

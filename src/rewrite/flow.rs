@@ -1,0 +1,139 @@
+//! Basic blocks of a method and what the counting rewrites (bytecode and exact modes) need to know about
+//! each: whether it calls, allocates, returns or throws, heads a loop, is entered by an edge, and where
+//! Komorium's granularity checks go (seeds/000 §5.2). Both modes count a block's instructions at its start,
+//! so on the same code they count the same bytecodes.
+
+use crate::classfile::blocks::{basic_blocks_into, Block, BlockRule};
+use crate::classfile::code::{branch_target, for_each_switch_target, Instructions};
+use crate::classfile::opcodes::*;
+use crate::classfile::{Code, Error};
+
+/// What the analysis found about one block.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct BlockInfo {
+    /// Holds an invoke instruction.
+    pub calls: bool,
+    /// Holds a `new` (which may run a class initializer).
+    pub allocates: bool,
+    /// Ends in a return or athrow.
+    pub terminates: bool,
+    /// Target of a backward edge (a loop header).
+    pub loop_header: bool,
+    /// Some edge (branch, fall-through, switch, exception) leads here.
+    pub entered: bool,
+    /// Bytecode mode places a granularity check here.
+    pub check: bool,
+}
+
+/// The blocks of one method and their facts; buffers are kept across methods.
+#[derive(Default)]
+pub struct Flow {
+    pub blocks: Vec<Block>,
+    pub info: Vec<BlockInfo>,
+    marks: Vec<u8>,
+}
+
+impl Flow {
+    /// Finds the blocks of `code` (Komorium's rule: calls do not end blocks; blocks longer than `max_path`
+    /// are split) and analyses them. Checks are placed at Komorium's places, then where a forward path would
+    /// run past `max_path` bytecodes unchecked (0: no limit).
+    pub fn analyse(&mut self, code: &Code<'_>, max_path: u32) -> Result<(), Error> {
+        basic_blocks_into(code, BlockRule::Komorium, max_path, &mut self.marks, &mut self.blocks)?;
+        let bytes = code.code;
+        let n = self.blocks.len();
+        self.info.clear();
+        self.info.resize(n, BlockInfo::default());
+        let mut edges: Vec<(u32, u32)> = Vec::new();
+        let mut insns = Instructions::new(bytes);
+        for i in 0..n {
+            let b = self.blocks[i];
+            let mut last = None;
+            for insn in insns.by_ref() {
+                let insn = insn?;
+                if is_invoke(insn.opcode) {
+                    self.info[i].calls = true;
+                }
+                if insn.opcode == NEW {
+                    self.info[i].allocates = true;
+                }
+                last = Some(insn);
+                if insn.offset + insn.len >= b.end {
+                    break;
+                }
+            }
+            let Some(last) = last else { continue };
+            let op = last.opcode;
+            let blocks = &self.blocks;
+            let mut add = |t: i64| -> Result<(), Error> {
+                match block_of(blocks, t) {
+                    Some(j) => {
+                        edges.push((i as u32, j as u32));
+                        Ok(())
+                    }
+                    None => Err(Error::new("branch target out of range", last.offset as usize)),
+                }
+            };
+            let falls_through =
+                !(is_return(op) || matches!(op, GOTO | GOTO_W | ATHROW | RET | TABLESWITCH | LOOKUPSWITCH));
+            if let Some(t) = branch_target(bytes, last.offset as usize)? {
+                add(t)?;
+            }
+            if matches!(op, TABLESWITCH | LOOKUPSWITCH) {
+                for_each_switch_target(bytes, last.offset as usize, &mut add)?;
+            }
+            if falls_through && (b.end as usize) < bytes.len() {
+                add(b.end as i64)?;
+            }
+            self.info[i].terminates = is_return(op) || op == ATHROW;
+        }
+        for e in code.exception_entries() {
+            let Some(h) = block_of(&self.blocks, e.handler as i64) else { continue };
+            for (i, b) in self.blocks.iter().enumerate() {
+                if b.start < e.end as u32 && b.end > e.start as u32 {
+                    edges.push((i as u32, h as u32));
+                }
+            }
+        }
+        edges.sort_unstable();
+        edges.dedup();
+        // Predecessor lists, and loop headers: targets of edges that do not go forward.
+        let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for &(from, to) in &edges {
+            self.info[to as usize].entered = true;
+            if to <= from {
+                self.info[to as usize].loop_header = true;
+            } else {
+                preds[to as usize].push(from);
+            }
+        }
+        // `run[i]`: bytecodes executed since the last check when block i ends.
+        let max_path = if max_path == 0 { u32::MAX } else { max_path };
+        let mut run = vec![0u32; n];
+        for i in 0..n {
+            let info = &mut self.info[i];
+            info.check = info.calls || info.terminates || info.loop_header;
+            let entering = preds[i].iter().map(|&p| run[p as usize]).max().unwrap_or(0);
+            let insns = self.blocks[i].insns;
+            if !info.check && entering.saturating_add(insns) > max_path {
+                info.check = true;
+            }
+            run[i] = if info.check { insns } else { entering + insns };
+        }
+        Ok(())
+    }
+
+    /// The first block runs exactly once per invocation (nothing leads back to it), so a prologue can
+    /// count it.
+    pub fn first_runs_once(&self) -> bool {
+        !self.info.is_empty() && !self.info[0].entered
+    }
+}
+
+fn block_of(blocks: &[Block], offset: i64) -> Option<usize> {
+    if offset < 0 {
+        return None;
+    }
+    let o = offset as u32;
+    let i = blocks.partition_point(|b| b.start <= o);
+    (i > 0 && o < blocks[i - 1].end).then(|| i - 1)
+}

@@ -1,0 +1,348 @@
+//! mode=exact on every JDK under /usr/lib/jvm: call counts per calling context equal to what the program did
+//! (java-harness programs whose counts are known by construction: recursion, two callsites of one caller,
+//! exceptions unwinding through counted frames, native code calling back into Java, several threads),
+//! basic-block counts, options, and the same program output with and without the agent under full
+//! verification.
+
+mod common;
+
+use common::*;
+use kprof::output::read_profile;
+use kprof::profile::{FrameKind, Profile};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Boot classes are not verified by default: these make HotSpot verify every class, the JDK's included.
+const VERIFY: [&str; 3] =
+    ["-XX:+UnlockDiagnosticVMOptions", "-XX:+BytecodeVerificationLocal", "-XX:+BytecodeVerificationRemote"];
+const HARNESS_PREFIX: &str = "kprof.harness.";
+const ROUNDS: u64 = 10;
+
+/// Runs `main` under the verifier with (if given) the agent and `agent` options.
+fn run_verified(jdk: &Jdk, agent: Option<&str>, jvm: &[&str], main: &str, args: &[&str]) -> Run {
+    let mut cmd = Command::new(jdk.java());
+    cmd.args(VERIFY).args(jvm);
+    if let Some(opts) = agent {
+        cmd.arg(format!("-agentpath:{}={}", agent_lib().display(), opts));
+    }
+    cmd.arg("-cp").arg(harness_classes()).arg(main).args(args);
+    let run = run_with_timeout(cmd, Duration::from_secs(300));
+    for bad in ["VerifyError", "ClassFormatError", "internal error", "hs_err_pid"] {
+        assert!(!run.stderr.contains(bad), "{}: {bad} running {main}:\n{}", jdk.label(), run.stderr);
+    }
+    run
+}
+
+/// Profiles `main` in exact mode with `opts` into `dir/name.json` and `dir/name.collapsed`; checks that the
+/// program printed what it prints without the agent.
+fn profile(jdk: &Jdk, dir: &Path, name: &str, opts: &str, jvm: &[&str], main: &str, args: &[&str]) -> (Run, Profile) {
+    let json = dir.join(format!("{name}.json"));
+    let collapsed = dir.join(format!("{name}.collapsed"));
+    let sep = if opts.is_empty() { "" } else { "," };
+    let agent = format!("mode=exact{sep}{opts},file={},file={}", json.display(), collapsed.display());
+    let run = run_verified(jdk, Some(&agent), jvm, main, args);
+    run.assert_ok();
+    let base = run_verified(jdk, None, jvm, main, args);
+    base.assert_ok();
+    assert_eq!(run.stdout, base.stdout, "{}: {main} printed something else under mode=exact", jdk.label());
+    let profile = read_profile(&json).unwrap_or_else(|e| panic!("{e}"));
+    (run, profile)
+}
+
+/// `Class.method` of a harness frame (`ExactCounts.down`, `ExactCounts$Worker.run`); natives end in `[native]`.
+fn short(name: &str) -> String {
+    let base = name.strip_prefix(HARNESS_PREFIX).unwrap_or(name);
+    let method = base.split('(').next().unwrap_or(base).to_string();
+    if name.ends_with(" [native]") {
+        format!("{method} [native]")
+    } else {
+        method
+    }
+}
+
+/// One node of a profile, seen through its harness frames only.
+#[derive(Clone, Debug)]
+struct Context {
+    /// Short names of the harness frames from the root to this node (JDK frames left out).
+    path: Vec<String>,
+    /// The node's own callsite and kind.
+    callsite: i32,
+    kind: FrameKind,
+    calls: u64,
+    weight: u64,
+    blocks: Vec<(u32, u32, u64)>,
+}
+
+/// Every node whose own frame is a harness frame, with its harness path.
+fn contexts(p: &Profile) -> Vec<Context> {
+    let mut out = Vec::new();
+    // (node, harness path of its parent)
+    let mut work: Vec<(u32, Vec<String>)> = vec![(0, Vec::new())];
+    while let Some((i, parent_path)) = work.pop() {
+        let node = &p.nodes[i as usize];
+        let frame = &p.frames[node.frame as usize];
+        let name = frame.display_name();
+        let mut path = parent_path;
+        if i != 0 && name.starts_with(HARNESS_PREFIX) {
+            path.push(short(&name));
+            out.push(Context {
+                path: path.clone(),
+                callsite: node.callsite,
+                kind: frame.kind,
+                calls: node.calls,
+                weight: node.weight,
+                blocks: node.blocks.iter().map(|b| (b.start_bci, b.end_bci, b.count)).collect(),
+            });
+        }
+        for &c in &node.children {
+            work.push((c, path.clone()));
+        }
+    }
+    out
+}
+
+/// Calls per harness path, over all nodes with that path (callsites merged).
+fn calls_by_path(cs: &[Context]) -> BTreeMap<Vec<String>, u64> {
+    let mut m = BTreeMap::new();
+    for c in cs {
+        *m.entry(c.path.clone()).or_insert(0) += c.calls;
+    }
+    m
+}
+
+fn path(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+fn calls(by_path: &BTreeMap<Vec<String>, u64>, p: &[String]) -> u64 {
+    by_path.get(p).copied().unwrap_or(0)
+}
+
+fn exact_counts(jdk: &Jdk, dir: &Path, name: &str, opts: &str) -> (Run, Profile) {
+    profile(jdk, dir, name, opts, &[], "kprof.harness.ExactCounts", &[&ROUNDS.to_string()])
+}
+
+#[test]
+fn recursion_counts_every_level_once_per_call() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-rec-{}", jdk.label()));
+        let (_, p) = exact_counts(jdk, &dir, "c", "");
+        let by_path = calls_by_path(&contexts(&p));
+        let mut chain = path(&["ExactCounts.main", "ExactCounts.recursion"]);
+        for level in 0..10 {
+            chain.push("ExactCounts.down".into());
+            assert_eq!(calls(&by_path, &chain), ROUNDS, "{}: down at level {level}", jdk.label());
+        }
+        chain.push("ExactCounts.leaf".into());
+        assert_eq!(calls(&by_path, &chain), ROUNDS, "{}: leaf below the innermost down", jdk.label());
+        // Eleven levels of down do not exist; leaf is called nowhere else.
+        chain.pop();
+        chain.push("ExactCounts.down".into());
+        assert_eq!(calls(&by_path, &chain), 0, "{}", jdk.label());
+        let leaf_total: u64 =
+            by_path.iter().filter(|(k, _)| k.last().unwrap() == "ExactCounts.leaf").map(|(_, n)| n).sum();
+        assert_eq!(leaf_total, ROUNDS, "{}", jdk.label());
+    });
+}
+
+#[test]
+fn one_method_called_from_two_callsites_of_one_caller_gets_two_nodes() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-sites-{}", jdk.label()));
+        let (_, p) = exact_counts(jdk, &dir, "c", "");
+        let target = path(&["ExactCounts.main", "ExactCounts.twoSites", "ExactCounts.target"]);
+        let cs: Vec<Context> = contexts(&p).into_iter().filter(|c| c.path == target).collect();
+        assert_eq!(cs.len(), 2, "{}: {cs:?}", jdk.label());
+        assert_ne!(cs[0].callsite, cs[1].callsite, "{}", jdk.label());
+        let mut counts: Vec<u64> = cs.iter().map(|c| c.calls).collect();
+        counts.sort();
+        assert_eq!(counts, vec![3 * ROUNDS, 5 * ROUNDS], "{}", jdk.label());
+        // The collapsed view merges callsites.
+        let stacks = read_collapsed(&dir.join("c.collapsed"));
+        let merged = count_where(&stacks, |s| {
+            s.iter().filter(|f| f.starts_with(HARNESS_PREFIX)).map(|f| short(f)).collect::<Vec<_>>() == target
+        });
+        assert_eq!(merged, 8 * ROUNDS, "{}", jdk.label());
+        // callsite=off: one node.
+        let (_, off) = exact_counts(jdk, &dir, "off", "callsite=off");
+        let cs: Vec<Context> = contexts(&off).into_iter().filter(|c| c.path == target).collect();
+        assert_eq!(cs.len(), 1, "{}: {cs:?}", jdk.label());
+        assert_eq!((cs[0].calls, cs[0].callsite), (8 * ROUNDS, -1), "{}", jdk.label());
+    });
+}
+
+#[test]
+fn exceptions_unwinding_through_counted_frames_leave_the_context_right() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-exc-{}", jdk.label()));
+        let (_, p) = exact_counts(jdk, &dir, "c", "");
+        let by_path = calls_by_path(&contexts(&p));
+        let base = path(&["ExactCounts.main", "ExactCounts.exceptions"]);
+        let mut chain = base.clone();
+        for level in 0..5 {
+            chain.push("ExactCounts.thrower".into());
+            assert_eq!(calls(&by_path, &chain), ROUNDS, "{}: thrower at level {level}", jdk.label());
+        }
+        chain.push("ExactCounts$Boom.<init>".into());
+        assert_eq!(calls(&by_path, &chain), ROUNDS, "{}: the exception's constructor", jdk.label());
+        let mut after = base.clone();
+        after.push("ExactCounts.afterCatch".into());
+        assert_eq!(calls(&by_path, &after), ROUNDS, "{}: afterCatch below exceptions", jdk.label());
+        let mut handler = base.clone();
+        handler.extend(["ExactCounts.rethrowing".to_string(), "ExactCounts.inHandler".to_string()]);
+        assert_eq!(calls(&by_path, &handler), ROUNDS, "{}: inHandler below rethrowing", jdk.label());
+        // Nothing called after a catch lands below the frames the exception left.
+        for (k, n) in &by_path {
+            let leaf = k.last().unwrap();
+            if leaf == "ExactCounts.afterCatch" || leaf == "ExactCounts.inHandler" {
+                assert!(*k == after || *k == handler, "{}: {k:?} ({n} calls)", jdk.label());
+            }
+        }
+        // Exceptions thrown through native frames (NativeCallbacks' throwing chain) are checked below.
+    });
+}
+
+#[test]
+fn several_threads_count_into_one_tree() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-threads-{}", jdk.label()));
+        let (run, p) = exact_counts(jdk, &dir, "c", "");
+        let by_path = calls_by_path(&contexts(&p));
+        let run_path = path(&["ExactCounts$Worker.run"]);
+        let per_thread = path(&["ExactCounts$Worker.run", "ExactCounts.perThread"]);
+        assert_eq!(calls(&by_path, &run_path), 4 * ROUNDS, "{}", jdk.label());
+        assert_eq!(calls(&by_path, &per_thread), 1000 * ROUNDS, "{}", jdk.label());
+        let s = run.summary();
+        assert_eq!(s["mode"], "exact");
+        let total: u64 = p.nodes.iter().map(|n| n.calls).sum();
+        assert_eq!(s["calls"].parse::<u64>().unwrap(), total, "{}: summary calls", jdk.label());
+        // threads=on: the same counts under one root per thread name.
+        let (_, p) = exact_counts(jdk, &dir, "t", "threads=on");
+        for i in 0..4 {
+            let root = p.nodes[0]
+                .children
+                .iter()
+                .copied()
+                .find(|&c| {
+                    p.frames[p.nodes[c as usize].frame as usize].display_name() == format!("[thread exactcounts-{i}]")
+                })
+                .unwrap_or_else(|| panic!("{}: no root for thread exactcounts-{i}", jdk.label()));
+            let mut sub = p.clone();
+            sub.nodes[0].children = vec![root];
+            let by_path = calls_by_path(&contexts(&sub));
+            assert_eq!(calls(&by_path, &run_path), ROUNDS, "{}: thread {i}", jdk.label());
+            assert_eq!(calls(&by_path, &per_thread), 250 * ROUNDS, "{}: thread {i}", jdk.label());
+        }
+    });
+}
+
+#[test]
+fn native_methods_are_nodes_and_callbacks_sit_below_them() {
+    let Some(lib) = option_env!("KPROF_HARNESS_JNI_LIB") else {
+        panic!("the harness JNI library was not built (no C compiler at build time)");
+    };
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-native-{}", jdk.label()));
+        let prop = format!("-Dkprof.harness.jni={lib}");
+        let mut jvm = vec![prop.as_str()];
+        if jdk.version >= 21 {
+            jvm.push("--enable-native-access=ALL-UNNAMED");
+        }
+        let rounds: u64 = 50;
+        let (run, p) = profile(jdk, &dir, "n", "", &jvm, "kprof.harness.NativeCallbacks", &[&rounds.to_string()]);
+        assert!(run.stdout.contains("jni=on"), "{}", run.stdout);
+        assert!(run.summary()["natives"] == "on", "{}", run.stderr);
+        let cs = contexts(&p);
+        let by_path = calls_by_path(&cs);
+        // main → chain → up, then six times [native] callUp → up; work at the bottom of the chain that
+        // does not throw. Each chain runs twice per round (once throwing).
+        let mut chain = path(&["NativeCallbacks.main", "NativeCallbacks.chain", "NativeCallbacks.up"]);
+        assert_eq!(calls(&by_path, &chain), 2 * rounds, "{}: up", jdk.label());
+        for level in 0..6 {
+            chain.push("NativeCallbacks.callUp [native]".into());
+            assert_eq!(calls(&by_path, &chain), 2 * rounds, "{}: callUp at level {level}", jdk.label());
+            chain.push("NativeCallbacks.up".into());
+            assert_eq!(calls(&by_path, &chain), 2 * rounds, "{}: up at level {level}", jdk.label());
+        }
+        chain.push("NativeCallbacks.work".into());
+        assert_eq!(calls(&by_path, &chain), rounds, "{}: work", jdk.label());
+        let after = path(&["NativeCallbacks.main", "NativeCallbacks.chain", "NativeCallbacks.afterThrow"]);
+        assert_eq!(calls(&by_path, &after), rounds, "{}: afterThrow", jdk.label());
+        // The native nodes are natives, and a callback's callsite is unknown (-1).
+        for c in cs.iter().filter(|c| c.path.last().unwrap().ends_with("[native]")) {
+            assert_eq!(c.kind, FrameKind::Native, "{}", jdk.label());
+        }
+        for c in cs.iter().filter(|c| c.path.len() >= 2 && c.path[c.path.len() - 2].ends_with("[native]")) {
+            assert_eq!(c.callsite, -1, "{}: {:?}", jdk.label(), c.path);
+        }
+    });
+}
+
+#[test]
+fn basic_block_counts_are_what_the_blocks_ran() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-bb-{}", jdk.label()));
+        let (run, p) = exact_counts(jdk, &dir, "bb", "bb=on");
+        assert_eq!(run.summary()["bb"], "on");
+        let branchy = path(&["ExactCounts.main", "ExactCounts.branches", "ExactCounts.branchy"]);
+        let cs: Vec<Context> = contexts(&p).into_iter().filter(|c| c.path == branchy).collect();
+        assert_eq!(cs.len(), 1, "{}", jdk.label());
+        let c = &cs[0];
+        assert_eq!(c.calls, 10 * ROUNDS);
+        // The blocks tile the method's code, in order.
+        assert_eq!(c.blocks[0].0, 0);
+        for w in c.blocks.windows(2) {
+            assert_eq!(w[0].1, w[1].0, "{}: {:?}", jdk.label(), c.blocks);
+        }
+        // i % 3 test (10), r = 1 (4), r = 2 (6), loop start (10), loop test (55), loop body (45), return (10).
+        let counts: Vec<u64> = c.blocks.iter().map(|b| b.2 / ROUNDS).collect();
+        assert_eq!(counts, vec![10, 4, 6, 10, 55, 45, 10], "{}: {:?}", jdk.label(), c.blocks);
+        // The same bytecodes as without bb=on, where blocks add their sizes as they run.
+        let (_, plain) = exact_counts(jdk, &dir, "plain", "");
+        let plain_c: Vec<Context> = contexts(&plain).into_iter().filter(|c| c.path == branchy).collect();
+        assert_eq!(plain_c[0].weight, c.weight, "{}", jdk.label());
+        assert!(plain_c[0].blocks.is_empty());
+        // Totals: every context's bytecodes agree between the two runs for the harness's own code.
+        let total =
+            |cs: &[Context]| cs.iter().filter(|c| c.path[0] == "ExactCounts.main").map(|c| c.weight).sum::<u64>();
+        assert_eq!(total(&contexts(&p)), total(&contexts(&plain)), "{}", jdk.label());
+    });
+}
+
+#[test]
+fn the_same_run_twice_gives_the_same_counts() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-twice-{}", jdk.label()));
+        let (_, a) = exact_counts(jdk, &dir, "a", "");
+        let (_, b) = exact_counts(jdk, &dir, "b", "");
+        let (ca, cb) = (calls_by_path(&contexts(&a)), calls_by_path(&contexts(&b)));
+        assert_eq!(ca, cb, "{}", jdk.label());
+    });
+}
+
+#[test]
+fn harness_programs_print_the_same_result_with_mode_exact_under_verification() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for_each_jdk(|jdk| {
+        let mut cmd = Command::new(root.join("scripts/check-workloads"));
+        cmd.args(["--mode", "exact", "--skip-workloads", "--jdk"]).arg(&jdk.home);
+        let run = run_with_timeout(cmd, Duration::from_secs(1800));
+        eprintln!("{}", run.stdout);
+        assert!(run.status.success(), "{}: check-workloads failed\n{}\n{}", jdk.label(), run.stdout, run.stderr);
+        assert!(run.stdout.contains(" passed, 0 failed"), "{}", run.stdout);
+    });
+}
+
+#[test]
+fn bad_options_stop_the_jvm_with_one_line() {
+    let jdk = &jdks()[0];
+    for (opts, needle) in [("mode=exact,bb=maybe", "'bb=maybe'"), ("mode=bytecode,bb=on", "'bb=on'")] {
+        let run = run_java(jdk, Some(opts), &[], "kprof.harness.ExactCounts", &["1"]);
+        assert!(!run.status.success(), "{opts}");
+        let lines: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("kprof:")).collect();
+        assert_eq!(lines.len(), 1, "{opts}: {}", run.stderr);
+        assert!(lines[0].contains(needle), "{opts}: {}", lines[0]);
+    }
+}
