@@ -71,9 +71,22 @@ pub fn agent_lib() -> PathBuf {
     }
 }
 
-/// The `kprof` binary built with the tests.
+/// The `kprof` binary built with the tests, with the agent library it loads (`libkprof.so` in its own
+/// directory) put beside it as a release has it: `cargo test` leaves the library in `deps/` only.
 pub fn kprof_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_kprof"))
+    static PLACED: std::sync::Once = std::sync::Once::new();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_kprof"));
+    PLACED.call_once(|| {
+        let lib = agent_lib();
+        let beside = bin.with_file_name("libkprof.so");
+        if lib != beside {
+            // Copy, then rename: test binaries run one after another, but a reader never sees half a file.
+            let tmp = bin.with_file_name(format!(".libkprof.so.{}", std::process::id()));
+            std::fs::copy(&lib, &tmp).expect("copy the agent library beside kprof");
+            std::fs::rename(&tmp, &beside).expect("place the agent library beside kprof");
+        }
+    });
+    bin
 }
 
 /// The compiled java-harness classes.
@@ -140,6 +153,10 @@ pub fn run_java(jdk: &Jdk, agent: Option<&str>, jvm_args: &[&str], main: &str, a
         cmd.arg(format!("-agentpath:{}={}", agent_lib().display(), opts));
     }
     cmd.arg("-cp").arg(harness_classes()).arg(main).args(args);
+    // A run without `file=` writes kprof-<pid>.html into its working directory: keep that out of the tree.
+    let cwd = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("java-cwd");
+    std::fs::create_dir_all(&cwd).expect("java working directory");
+    cmd.current_dir(cwd);
     run_with_timeout(cmd, Duration::from_secs(300))
 }
 
