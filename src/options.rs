@@ -75,7 +75,7 @@ pub struct Options {
     pub threads: bool,
     /// Maximum stack depth recorded; deeper stacks are cut and marked `[truncated]`.
     pub depth: u32,
-    /// Arena size of the calling context tree, MiB.
+    /// Arena size of the calling context tree, MiB, as given (0: not given; see [`Options::cct_mb`]).
     pub cct_mb: u32,
     /// Print the option help and exit.
     pub help: bool,
@@ -101,6 +101,18 @@ pub struct Options {
     pub exclude: Vec<String>,
 }
 
+impl Options {
+    /// Arena size of the calling context tree, MiB: as given, else by mode. Exact mode's trees hold every
+    /// context a program ran (millions for a compiler); untouched pages of the arena cost nothing.
+    pub fn cct_mb(&self) -> u32 {
+        match (self.cct_mb, self.mode) {
+            (0, Mode::Exact) => 1024,
+            (0, _) => 256,
+            (mb, _) => mb,
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Options {
         Options {
@@ -111,7 +123,7 @@ impl Default for Options {
             metric: None,
             threads: false,
             depth: 2048,
-            cct_mb: 256,
+            cct_mb: 0,
             help: false,
             duration_ns: 0,
             dump_ns: 0,
@@ -161,7 +173,7 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("metric", Metric::ACCEPTED, "samples (exact: calls)", "the counter collapsed stacks, flame graph and text show"),
     ("threads", "on | off", "off", "a root per thread"),
     ("depth", "1..8192", "2048", "deepest stack recorded; deeper stacks are cut at [truncated]"),
-    ("cct_mb", "1..65536", "256", "calling context tree arena, MiB (pages are used lazily)"),
+    ("cct_mb", "1..65536", "256 (exact: 1024)", "calling context tree arena, MiB (pages are used lazily)"),
     ("duration", "duration (0 = until exit)", "0", "stop profiling after this long"),
     ("dump", "duration (0 = only at exit)", "0", "also write the profile at this interval while running"),
     ("gran", "1..1000000000", "10000", "bytecode: bytecodes between two samples of a thread"),
@@ -443,7 +455,16 @@ mod tests {
         assert_eq!(o.files[1].format, Format::Collapsed);
         assert_eq!(o.metric, Some(Metric::Weight));
         assert!(o.threads);
-        assert_eq!((o.depth, o.cct_mb), (64, 16));
+        assert_eq!((o.depth, o.cct_mb()), (64, 16));
+    }
+
+    #[test]
+    fn the_arena_defaults_by_mode_unless_given() {
+        let mb = |s: &str| Options::parse(Some(s)).unwrap().cct_mb();
+        assert_eq!(mb("mode=asgct"), 256);
+        assert_eq!(mb("mode=bytecode"), 256);
+        assert_eq!(mb("mode=exact"), 1024);
+        assert_eq!(mb("mode=exact,cct_mb=64"), 64);
     }
 
     #[test]

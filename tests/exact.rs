@@ -205,6 +205,26 @@ fn exceptions_unwinding_through_counted_frames_leave_the_context_right() {
 }
 
 #[test]
+fn calls_after_an_intrinsic_candidate_stay_below_their_caller() {
+    // StringBuilder's constructor and append are intrinsic candidates: what they call counts nothing, and
+    // must leave the caller's context as it was (it once fell back to the thread's root).
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-intrinsic-{}", jdk.label()));
+        let (_, p) = exact_counts(jdk, &dir, "c", "");
+        let by_path = calls_by_path(&contexts(&p));
+        let after = path(&["ExactCounts.main", "ExactCounts.intrinsicThenCall", "ExactCounts.afterIntrinsic"]);
+        assert_eq!(calls(&by_path, &after), ROUNDS, "{}: {by_path:?}", jdk.label());
+        let everywhere: u64 =
+            by_path.iter().filter(|(k, _)| k.last().unwrap() == "ExactCounts.afterIntrinsic").map(|(_, n)| n).sum();
+        assert_eq!(everywhere, ROUNDS, "{}", jdk.label());
+        // Nothing of the harness hangs directly below a thread's root but the threads' entry points.
+        for k in by_path.keys() {
+            assert!(k.len() > 1 || k[0] == "ExactCounts.main" || k[0].ends_with(".run"), "{}: {k:?}", jdk.label());
+        }
+    });
+}
+
+#[test]
 fn several_threads_count_into_one_tree() {
     for_each_jdk(|jdk| {
         let dir = scratch(&format!("exact-threads-{}", jdk.label()));

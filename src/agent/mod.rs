@@ -176,10 +176,10 @@ fn parse_options(text: Option<&str>) -> Result<Options, String> {
 /// `at_start`: called from Agent_OnLoad (the VM has not started: native methods can be wrapped).
 fn create_agent(vm: JavaVm, options: Options, at_start: bool) -> Result<&'static Agent, String> {
     let jvmti = vm.jvmti(JVMTI_VERSION_1_2).ok_or("kprof: cannot get a JVMTI environment (JVMTI 1.2+ needed)")?;
-    let cct_bytes = options.cct_mb as usize * 1024 * 1024;
+    let cct_bytes = options.cct_mb() as usize * 1024 * 1024;
     let cct: &'static Cct =
         Box::leak(Box::new(Cct::with_bytes(cct_bytes).ok_or_else(|| {
-            format!("kprof: bad option 'cct_mb={}': cannot reserve that much memory", options.cct_mb)
+            format!("kprof: bad option 'cct_mb={}': cannot reserve that much memory", options.cct_mb())
         })?));
     let agent: &'static Agent = Box::leak(Box::new(Agent {
         vm,

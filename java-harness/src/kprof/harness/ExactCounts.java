@@ -16,6 +16,9 @@ package kprof.harness;
  *   <li>{@code threads}: 4 threads each call {@code perThread} 250 times ({@code Worker.run} is the root of
  *       each thread's contexts: R×4 calls of {@code run}, R×1000 of {@code perThread}).
  *   <li>{@code branches}: {@code branchy(i)} for i = 0..9, whose basic blocks run a known number of times.
+ *   <li>{@code intrinsicThenCall}: builds a string with StringBuilder (intrinsic candidates whose bodies call
+ *       rewritten JDK code, counted nothing), then calls {@code afterIntrinsic}: R calls, below
+ *       {@code intrinsicThenCall} and nowhere else.
  * </ul>
  *
  * Prints {@code exactcounts: rounds=R checksum=C}.
@@ -146,6 +149,16 @@ public final class ExactCounts {
         return s;
     }
 
+    static int intrinsicThenCall(int r) {
+        StringBuilder sb = new StringBuilder();
+        sb.append("round ").append(r);
+        return afterIntrinsic(sb.length());
+    }
+
+    static int afterIntrinsic(int x) {
+        return x + 3;
+    }
+
     public static void main(String[] args) throws InterruptedException {
         int rounds = args.length > 0 ? Integer.parseInt(args[0]) : 10;
         long checksum = 0;
@@ -155,6 +168,7 @@ public final class ExactCounts {
             checksum = checksum * 31 + exceptions();
             checksum = checksum * 31 + threads();
             checksum = checksum * 31 + branches();
+            checksum = checksum * 31 + intrinsicThenCall(r);
         }
         sink = checksum;
         System.out.println("exactcounts: rounds=" + rounds + " checksum=" + checksum);

@@ -142,34 +142,45 @@ public final class Exact {
      *  method that is not rewritten leaves the callsite its caller wrote). */
     @ForceInline
     public static void exit(ExactState s, ExactNode c) {
-        s.cur = c.parent;
-        s.site = -1;
+        leave(s, c);
     }
 
     /** A block that returns and calls nothing: counted, and the caller's node restored. */
     @ForceInline
     public static void countExit(ExactState s, ExactNode c, int n) {
         c.bytecodes += n;
-        s.cur = c.parent;
-        s.site = -1;
+        leave(s, c);
     }
 
     /** {@link #countExit} with {@code bb=on}. */
     @ForceInline
     public static void blockExit(ExactState s, ExactNode c, int k) {
         c.blocks[k]++;
-        s.cur = c.parent;
-        s.site = -1;
+        leave(s, c);
+    }
+
+    /** The caller's node again. An invocation that counted nothing ({@link #DUMMY}: below an intrinsic
+     *  candidate) never moved {@code cur}, so it leaves it alone: restoring DUMMY's parent would hang the
+     *  rest of its caller's calls below the thread's root. */
+    @ForceInline
+    private static void leave(ExactState s, ExactNode c) {
+        if (c != DUMMY) {
+            s.cur = c.parent;
+            s.site = -1;
+        }
     }
 
     /** At an exception handler: callees of this invocation hang below its node again, whatever node the
-     *  frames the exception unwound left behind. */
+     *  frames the exception unwound left behind. A handler of an invocation that counts nothing (below an
+     *  intrinsic candidate) changes nothing: the bracket is still open. */
     @ForceInline
     public static void handler(ExactState s, ExactNode c) {
-        s.cur = c.id;
-        s.site = -1;
-        s.muteNest = 0;
-        s.muteArm = -1;
+        if (c != DUMMY) {
+            s.cur = c.id;
+            s.site = -1;
+            s.muteNest = 0;
+            s.muteArm = -1;
+        }
     }
 
     /** Before a call in an intrinsic candidate: the callee, and everything it calls, counts nothing, as it
