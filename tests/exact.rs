@@ -356,6 +356,33 @@ fn harness_programs_print_the_same_result_with_mode_exact_under_verification() {
 }
 
 #[test]
+fn a_small_heap_spends_the_node_budget_and_the_rest_is_counted_as_overflow() {
+    // The per-thread trees live on the application's heap, at most a quarter of it: with 32 MB,
+    // Deterministic's 90,000 contexts do not fit. The program must run as without the agent, and every
+    // call must still be counted, the ones beyond the budget under [cct_overflow].
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-budget-{}", jdk.label()));
+        let main = "kprof.harness.Deterministic";
+        let (full, _) = profile(jdk, &dir, "full", "", &[], main, &[]);
+        let (small, p) = profile(jdk, &dir, "small", "", &["-Xmx32m"], main, &[]);
+        let (f, s) = (full.summary(), small.summary());
+        assert_eq!(f["overflow"], "0", "{}", jdk.label());
+        let overflow: u64 = s["overflow"].parse().unwrap();
+        assert!(overflow > 0, "{}: {s:?}", jdk.label());
+        assert_eq!(f["calls"], s["calls"], "{}: every call counted", jdk.label());
+        let contexts = |m: &BTreeMap<String, String>| m["contexts"].parse::<u64>().unwrap();
+        assert!(contexts(&s) < contexts(&f), "{}: {} !< {}", jdk.label(), contexts(&s), contexts(&f));
+        let in_overflow: u64 = p
+            .nodes
+            .iter()
+            .filter(|n| p.frames[n.frame as usize].display_name() == "[cct_overflow]")
+            .map(|n| n.calls)
+            .sum();
+        assert_eq!(in_overflow, overflow, "{}", jdk.label());
+    });
+}
+
+#[test]
 fn bad_options_stop_the_jvm_with_one_line() {
     let jdk = &jdks()[0];
     for (opts, needle) in [("mode=exact,bb=maybe", "'bb=maybe'"), ("mode=bytecode,bb=on", "'bb=on'")] {

@@ -16,6 +16,10 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// The method id of a thread's overflow node (`kprof.runtime.Exact.OVERFLOW_KEY`): invocations counted after the
+/// runtime's node budget was spent, filed under the CCT's overflow node.
+const OVERFLOW_METHOD: u32 = u32::MAX;
+
 /// What exact mode has merged into the CCT: totals and the block counts per node.
 #[derive(Default)]
 pub struct ExactStore {
@@ -160,7 +164,7 @@ unsafe extern "C" fn merge(
         };
         if map[i] == 0 {
             let callsite = if callsites { (key >> 32) as i32 } else { -1 };
-            let node = if parent == 0 || parent == cct.overflow() {
+            let node = if parent == 0 || parent == cct.overflow() || method == OVERFLOW_METHOD {
                 cct.overflow()
             } else {
                 cct.child(parent, FrameId::method(method), callsite).unwrap_or(cct.overflow())
@@ -168,8 +172,11 @@ unsafe extern "C" fn merge(
             map[i] = node as i32;
         }
         let node = map[i] as NodeId;
-        let layout =
-            if bb { layouts.entry(method).or_insert_with(|| engine.methods.blocks(method)).clone() } else { None };
+        let layout = if bb && method != OVERFLOW_METHOD {
+            layouts.entry(method).or_insert_with(|| engine.methods.blocks(method)).clone()
+        } else {
+            None
+        };
         let weight = match layout {
             Some(layout) => {
                 let (weight, blocks) = block_counts(&layout, calls, counters);

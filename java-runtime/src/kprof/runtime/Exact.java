@@ -59,6 +59,14 @@ public final class Exact {
     private static final ExactState[] TABLE = new ExactState[BUCKETS];
     private static final Object LOCK = new Object();
     private static final int INITIAL_NODES = 1024;
+    /** Key of {@link ExactState#overflow}: method id -1, which the agent maps to its overflow node. */
+    static final long OVERFLOW_KEY = 0xffffffffL;
+    /** Nodes that threads may still create, over all threads: the trees live on the application's heap,
+     *  and a deeply recursive program has more call paths than any heap holds. */
+    static int nodesLeft;
+    /** Heap bytes a node costs: the object, its slots in the node array and its parent's table of children,
+     *  and its share of the arrays a merge builds. */
+    private static final long BYTES_PER_NODE = 200;
 
     private Exact() {}
 
@@ -79,7 +87,9 @@ public final class Exact {
         ExactNode c = s.child(p, method, 0);
         c.calls++;
         c.bytecodes += n;
-        s.cur = c.id;
+        if (c != s.overflow) {
+            s.cur = c.id;
+        }
         return c;
     }
 
@@ -93,7 +103,9 @@ public final class Exact {
         }
         ExactNode c = s.child(p, method, blocks);
         c.calls++;
-        s.cur = c.id;
+        if (c != s.overflow) {
+            s.cur = c.id;
+        }
         return c;
     }
 
@@ -164,7 +176,7 @@ public final class Exact {
      *  rest of its caller's calls below the thread's root. */
     @ForceInline
     private static void leave(ExactState s, ExactNode c) {
-        if (c != DUMMY) {
+        if (c != DUMMY && c != s.overflow) {
             s.cur = c.parent;
             s.site = -1;
         }
@@ -175,7 +187,7 @@ public final class Exact {
      *  intrinsic candidate) changes nothing: the bracket is still open. */
     @ForceInline
     public static void handler(ExactState s, ExactNode c) {
-        if (c != DUMMY) {
+        if (c != DUMMY && c != s.overflow) {
             s.cur = c.id;
             s.site = -1;
             s.muteNest = 0;
@@ -263,7 +275,7 @@ public final class Exact {
                 n = i;
                 break;
             }
-            total += 3 + (c.blocks == null ? 0 : c.blocks.length);
+            total += 3 + (c.blocks == null || c.key == OVERFLOW_KEY ? 0 : c.blocks.length);
         }
         if (n <= 1) {
             return;
@@ -287,7 +299,7 @@ public final class Exact {
                 c.mergedCalls = calls;
                 c.mergedBytecodes = bytecodes;
             }
-            long[] blocks = c.blocks;
+            long[] blocks = c.key == OVERFLOW_KEY ? null : c.blocks;
             int nb = blocks == null ? 0 : blocks.length;
             counts[at++] = nb;
             if (nb > 0) {
@@ -349,6 +361,8 @@ public final class Exact {
                 TABLE[b] = null;
             }
             threadRoots = perThreadRoots;
+            // A quarter of the heap the application may grow to.
+            nodesLeft = (int) Math.min(Integer.MAX_VALUE, Runtime.getRuntime().maxMemory() / 4 / BYTES_PER_NODE);
             enabled = true;
         }
     }

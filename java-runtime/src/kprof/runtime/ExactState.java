@@ -33,6 +33,10 @@ public final class ExactState {
     int root;
     /** Next state in the same bucket of {@link Exact}'s table. */
     ExactState next;
+    /** Where invocations count once the node budget ({@link Exact#nodesLeft}) is spent: one node below the
+     *  root that the agent files under {@code [cct_overflow]}; created when first needed. It never becomes
+     *  {@link #cur}, so what an overflowing invocation calls is looked up below its caller's node. */
+    ExactNode overflow;
 
     ExactState(long tid, int capacity) {
         this.tid = tid;
@@ -89,6 +93,12 @@ public final class ExactState {
     }
 
     private ExactNode create(ExactNode p, long key, int h, int blocks) {
+        // A racy count (no atomics on any path that rewritten code runs): lost updates can only let a few
+        // more nodes in.
+        if (Exact.nodesLeft <= 0) {
+            return overflowNode();
+        }
+        Exact.nodesLeft--;
         int n = size;
         ExactNode c = new ExactNode(key, p.id, n, blocks);
         if (n == nodes.length) {
@@ -103,6 +113,25 @@ public final class ExactState {
             grow(p);
         }
         return c;
+    }
+
+    /** The node of invocations whose context found the budget spent. Its block counters (bb=on) take any
+     *  block index and are not reported. */
+    private ExactNode overflowNode() {
+        ExactNode o = overflow;
+        if (o == null) {
+            int n = size;
+            o = new ExactNode(Exact.OVERFLOW_KEY, 0, n, 65536);
+            if (n == nodes.length) {
+                ExactNode[] bigger = new ExactNode[n * 2];
+                System.arraycopy(nodes, 0, bigger, 0, n);
+                nodes = bigger;
+            }
+            nodes[n] = o;
+            size = n + 1;
+            overflow = o;
+        }
+        return o;
     }
 
     /** Doubles a node's table of children. */
