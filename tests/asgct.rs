@@ -43,8 +43,10 @@ fn itimer_is_held_to_the_kernel_tick_and_says_so() {
         let run = busy_rate(jdk, "interval=1ms,timer=itimer", "2");
         assert_eq!(run.summary()["timer"], "itimer");
         let rate = run.summary_f64("rate");
-        // HZ=250 on this machine kind: about 250 samples per CPU-second whatever the interval.
-        assert!((150.0..=350.0).contains(&rate), "{}: itimer rate {rate}", jdk.label());
+        // HZ=250 on this machine kind: about 250 samples per CPU-second whatever the interval, never the
+        // 1,000 asked for. Fewer when the machine is loaded: the process-wide timer counts the CPU time of
+        // every thread, and its signals that land on JIT or GC threads are no sample of the busy thread.
+        assert!((50.0..=350.0).contains(&rate), "{}: itimer rate {rate}", jdk.label());
     });
 }
 
@@ -308,8 +310,9 @@ fn stacks_deeper_than_depth_are_cut_and_marked() {
         let stacks = read_collapsed(&file);
         let deep = count_where(&stacks, |s| has_frame(s, "Deep.down"));
         let marked = count_where(&stacks, |s| s[0] == "[truncated]" && s.len() == 33);
+        // Deep runs for a second of wall time: on a loaded machine it gets fewer samples.
         assert!(
-            deep > 500 && marked as f64 >= 0.95 * deep as f64,
+            deep > 100 && marked as f64 >= 0.95 * deep as f64,
             "{}: {marked} of {deep} deep samples marked",
             jdk.label()
         );
