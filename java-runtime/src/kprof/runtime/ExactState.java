@@ -99,15 +99,7 @@ public final class ExactState {
             return overflowNode();
         }
         Exact.nodesLeft--;
-        int n = size;
-        ExactNode c = new ExactNode(key, p.id, n, blocks);
-        if (n == nodes.length) {
-            ExactNode[] bigger = new ExactNode[n * 2];
-            System.arraycopy(nodes, 0, bigger, 0, n);
-            nodes = bigger;
-        }
-        nodes[n] = c;
-        size = n + 1;
+        ExactNode c = append(new ExactNode(key, p.id, size, blocks));
         p.kids[h] = c;
         if (++p.kidCount * 4 > p.kids.length) {
             grow(p);
@@ -120,18 +112,23 @@ public final class ExactState {
     private ExactNode overflowNode() {
         ExactNode o = overflow;
         if (o == null) {
-            int n = size;
-            o = new ExactNode(Exact.OVERFLOW_KEY, 0, n, 65536);
-            if (n == nodes.length) {
-                ExactNode[] bigger = new ExactNode[n * 2];
-                System.arraycopy(nodes, 0, bigger, 0, n);
-                nodes = bigger;
-            }
-            nodes[n] = o;
-            size = n + 1;
+            o = append(new ExactNode(Exact.OVERFLOW_KEY, 0, size, 65536));
             overflow = o;
         }
         return o;
+    }
+
+    /** Adds node {@code c} (numbered {@link #size}) to {@link #nodes}. */
+    private ExactNode append(ExactNode c) {
+        int n = size;
+        if (n == nodes.length) {
+            ExactNode[] bigger = new ExactNode[n * 2];
+            System.arraycopy(nodes, 0, bigger, 0, n);
+            nodes = bigger;
+        }
+        nodes[n] = c;
+        size = n + 1;
+        return c;
     }
 
     /** Doubles a node's table of children. */
