@@ -310,9 +310,8 @@ fn stacks_deeper_than_depth_are_cut_and_marked() {
         let stacks = read_collapsed(&file);
         let deep = count_where(&stacks, |s| has_frame(s, "Deep.down"));
         let marked = count_where(&stacks, |s| s[0] == "[truncated]" && s.len() == 33);
-        // Deep runs for a second of wall time: on a loaded machine it gets fewer samples.
         assert!(
-            deep > 100 && marked as f64 >= 0.95 * deep as f64,
+            deep > 500 && marked as f64 >= 0.95 * deep as f64,
             "{}: {marked} of {deep} deep samples marked",
             jdk.label()
         );
