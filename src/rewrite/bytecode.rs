@@ -114,34 +114,6 @@ impl BytecodeTransform {
     }
 }
 
-impl BytecodeTransform {
-    /// Brackets every call of an intrinsic candidate with `Bc.mute()` / `Bc.unmute()`.
-    pub(crate) fn bracket_calls(
-        &mut self,
-        m: &MethodInput<'_, '_>,
-        editor: &mut CodeEditor,
-        cp: &mut ConstantPool<'_>,
-    ) -> Result<(), EditError> {
-        let refs = self.refs(cp)?;
-        let insns: Vec<_> = Instructions::new(m.code.code).collect::<Result<_, _>>()?;
-        for (k, insn) in insns.iter().enumerate() {
-            if !is_invoke(insn.opcode) {
-                continue;
-            }
-            let s = &mut self.snippet;
-            s.clear();
-            s.invokestatic(cp, refs.mute);
-            editor.insert_before(insn.offset, s)?;
-            if let Some(next) = insns.get(k + 1) {
-                s.clear();
-                s.invokestatic(cp, refs.unmute);
-                editor.insert_before(next.offset, s)?;
-            }
-        }
-        Ok(())
-    }
-}
-
 impl MethodTransform for BytecodeTransform {
     fn set_wrappers(&mut self, wrappers: Vec<(Vec<u8>, Vec<u8>)>) {
         self.wrappers = wrappers;
@@ -153,7 +125,8 @@ impl MethodTransform for BytecodeTransform {
         editor: &mut CodeEditor,
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError> {
-        self.bracket_calls(m, editor, cp)
+        let refs = self.refs(cp)?;
+        super::flow::bracket_calls(m.code.code, editor, cp, &mut self.snippet, (refs.mute, refs.unmute))
     }
 
     fn begin_class(&mut self, _: &crate::classfile::ClassFile<'_>) {

@@ -169,22 +169,7 @@ impl MethodTransform for ExactTransform {
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError> {
         let refs = self.refs(cp)?;
-        let insns: Vec<_> = Instructions::new(m.code.code).collect::<Result<_, _>>()?;
-        for (k, insn) in insns.iter().enumerate() {
-            if !is_invoke(insn.opcode) {
-                continue;
-            }
-            let s = &mut self.snippet;
-            s.clear();
-            s.invokestatic(cp, refs.mute);
-            editor.insert_before(insn.offset, s)?;
-            if let Some(next) = insns.get(k + 1) {
-                s.clear();
-                s.invokestatic(cp, refs.unmute);
-                editor.insert_before(next.offset, s)?;
-            }
-        }
-        Ok(())
+        super::flow::bracket_calls(m.code.code, editor, cp, &mut self.snippet, (refs.mute, refs.unmute))
     }
 
     fn edit_method(

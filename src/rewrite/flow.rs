@@ -5,8 +5,9 @@
 
 use crate::classfile::blocks::{basic_blocks_into, Block, BlockRule};
 use crate::classfile::code::{branch_target, for_each_switch_target, Instructions};
+use crate::classfile::edit::{CodeEditor, EditError};
 use crate::classfile::opcodes::*;
-use crate::classfile::{Code, Error};
+use crate::classfile::{Code, ConstantPool, Error, Snippet};
 
 /// What the analysis found about one block.
 #[derive(Clone, Copy, Default, Debug)]
@@ -136,4 +137,30 @@ fn block_of(blocks: &[Block], offset: i64) -> Option<usize> {
     let o = offset as u32;
     let i = blocks.partition_point(|b| b.start <= o);
     (i > 0 && o < blocks[i - 1].end).then(|| i - 1)
+}
+
+/// Brackets every call in `code` (an intrinsic candidate's body, left uncounted) with `invokestatic mute`
+/// before and `invokestatic unmute` after, so what it calls counts nothing in either counting mode.
+pub fn bracket_calls(
+    code: &[u8],
+    editor: &mut CodeEditor,
+    cp: &mut ConstantPool<'_>,
+    s: &mut Snippet,
+    (mute, unmute): (u16, u16),
+) -> Result<(), EditError> {
+    let insns: Vec<_> = Instructions::new(code).collect::<Result<_, _>>()?;
+    for (k, insn) in insns.iter().enumerate() {
+        if !is_invoke(insn.opcode) {
+            continue;
+        }
+        s.clear();
+        s.invokestatic(cp, mute);
+        editor.insert_before(insn.offset, s)?;
+        if let Some(next) = insns.get(k + 1) {
+            s.clear();
+            s.invokestatic(cp, unmute);
+            editor.insert_before(next.offset, s)?;
+        }
+    }
+    Ok(())
 }

@@ -80,14 +80,9 @@ public final class Exact {
      *  first block's {@code n} bytecodes. Leaves {@code cur} = the node for callees. */
     @ForceInline
     public static ExactNode enter(ExactState s, int method, int n) {
-        int p = s.cur;
-        if (s == OFF || p == s.muteArm) {
-            return DUMMY;
-        }
-        ExactNode c = s.child(p, method, 0);
-        c.calls++;
+        ExactNode c = called(s, method, 0);
         c.bytecodes += n;
-        if (c != s.overflow) {
+        if (c != DUMMY && c != s.overflow) {
             s.cur = c.id;
         }
         return c;
@@ -97,13 +92,8 @@ public final class Exact {
      *  computed from them when the tree is written. */
     @ForceInline
     public static ExactNode enterBlocks(ExactState s, int method, int blocks) {
-        int p = s.cur;
-        if (s == OFF || p == s.muteArm) {
-            return DUMMY;
-        }
-        ExactNode c = s.child(p, method, blocks);
-        c.calls++;
-        if (c != s.overflow) {
+        ExactNode c = called(s, method, blocks);
+        if (c != DUMMY && c != s.overflow) {
             s.cur = c.id;
         }
         return c;
@@ -112,13 +102,7 @@ public final class Exact {
     /** Prologue of a leaf method (no calls, no {@code new}): its node; the current node stays the caller's. */
     @ForceInline
     public static ExactNode enterLeaf(int method, int n) {
-        ExactState s = current();
-        int p = s.cur;
-        if (s == OFF || p == s.muteArm) {
-            return DUMMY;
-        }
-        ExactNode c = s.child(p, method, 0);
-        c.calls++;
+        ExactNode c = called(current(), method, 0);
         c.bytecodes += n;
         return c;
     }
@@ -126,7 +110,13 @@ public final class Exact {
     /** {@link #enterLeaf} with {@code bb=on}. */
     @ForceInline
     public static ExactNode enterLeafBlocks(int method, int blocks) {
-        ExactState s = current();
+        return called(current(), method, blocks);
+    }
+
+    /** The node of a call of {@code method} from the current node and callsite, its call counted; DUMMY
+     *  (whose counters nobody reads) when profiling is off or the call is below an intrinsic candidate. */
+    @ForceInline
+    private static ExactNode called(ExactState s, int method, int blocks) {
         int p = s.cur;
         if (s == OFF || p == s.muteArm) {
             return DUMMY;
