@@ -44,9 +44,8 @@ fn itimer_is_held_to_the_kernel_tick_and_says_so() {
         assert_eq!(run.summary()["timer"], "itimer");
         let rate = run.summary_f64("rate");
         // HZ=250 on this machine kind: about 250 samples per CPU-second whatever the interval, never the
-        // 1,000 asked for. Fewer when the machine is loaded: the process-wide timer counts the CPU time of
-        // every thread, and its signals that land on JIT or GC threads are no sample of the busy thread.
-        assert!((50.0..=350.0).contains(&rate), "{}: itimer rate {rate}", jdk.label());
+        // 1,000 asked for. (With other heavy jobs on both cores it has read as low as 122.)
+        assert!((150.0..=350.0).contains(&rate), "{}: itimer rate {rate}", jdk.label());
     });
 }
 
