@@ -583,3 +583,34 @@ fn bad_option_values_stop_the_jvm_with_one_line() {
         assert!(!run.stdout.contains("deterministic:"), "{opts}: the program ran");
     }
 }
+
+/// javac's `synchronized` and `finally` handlers are covered by their own exception range. Code inserted at
+/// such a handler, under that range, made C1 refuse the whole method ("exception handler covers itself";
+/// left out of the range, "invalid parsing", as the handler may still hold the monitor), so hot JDK and
+/// application methods ran interpreted until C2 took them. Both counting modes now count those handlers
+/// after the range; no method may hit either bailout.
+#[test]
+fn handlers_that_cover_themselves_stay_compilable_by_c1() {
+    for_each_jdk(|jdk| {
+        let base = run_verified(jdk, None, &[], "kprof.harness.Locking", &["300000"]);
+        base.assert_ok();
+        for mode in ["bytecode", "exact"] {
+            let dir = scratch(&format!("c1-{mode}-{}", jdk.version));
+            let opts = format!("mode={mode},file={}", dir.join("p.collapsed").display());
+            let run = run_verified(jdk, Some(&opts), &["-XX:+PrintCompilation"], "kprof.harness.Locking", &["300000"]);
+            run.assert_ok();
+            let result = |out: &str| out.lines().find(|l| l.starts_with("locking:")).map(str::to_owned);
+            assert_eq!(result(&run.stdout), result(&base.stdout), "{} {mode}", jdk.label());
+            let bailouts: Vec<&str> = run
+                .stdout
+                .lines()
+                .filter(|l| l.contains("exception handler covers itself") || l.contains("invalid parsing"))
+                .collect();
+            assert!(bailouts.is_empty(), "{} {mode}: C1 bailouts:\n{}", jdk.label(), bailouts.join("\n"));
+            // Both hot methods reached compiled code (C1 tiers 1-3 or C2).
+            for m in ["kprof.harness.Locking::locked", "kprof.harness.Locking::guarded"] {
+                assert!(run.stdout.lines().any(|l| l.contains(m)), "{} {mode}: {m} never compiled", jdk.label());
+            }
+        }
+    });
+}

@@ -180,7 +180,7 @@ impl MethodTransform for BytecodeTransform {
             if !leaf && handlers.contains(&b.start) {
                 s.clear();
                 s.aload(state).iload(depth).invokestatic(cp, refs.handler);
-                editor.insert_before(b.start, s)?;
+                editor.insert_before(info.at, s)?;
             }
             // A returning block that calls nothing restores the depth at its start (nothing in it can move
             // the depth again), saving a helper at the return.
@@ -200,7 +200,7 @@ impl MethodTransform for BytecodeTransform {
                     (false, _, true) => s.aload(state).iload(depth).push_int(cp, n).invokestatic(cp, refs.count_exit),
                     (false, _, false) => s.aload(state).push_int(cp, n).invokestatic(cp, refs.count),
                 };
-                editor.insert_before(b.start, s)?;
+                editor.insert_before(info.at, s)?;
             }
             while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
                 if is_return(insn.opcode) && !leaf && !exit_at_start {

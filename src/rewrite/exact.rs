@@ -231,7 +231,7 @@ impl MethodTransform for ExactTransform {
             if !leaf && handlers.contains(&b.start) {
                 s.clear();
                 s.aload(state).aload(node).invokestatic(cp, refs.handler);
-                editor.insert_before(b.start, s)?;
+                editor.insert_before(info.at, s)?;
             }
             // A returning block that calls nothing restores the caller's node at its start (nothing in
             // it can move the node again), saving a helper at the return.
@@ -247,7 +247,7 @@ impl MethodTransform for ExactTransform {
                 (true, false) => {}
             }
             if !s.is_empty() {
-                editor.insert_before(b.start, s)?;
+                editor.insert_before(info.at, s)?;
             }
             while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
                 if is_return(insn.opcode) && !leaf && !exit_at_start {

@@ -24,6 +24,12 @@ pub struct BlockInfo {
     pub entered: bool,
     /// Bytecode mode places a granularity check here.
     pub check: bool,
+    /// Where the block's counting code goes: its start, except in a handler that its own exception range
+    /// covers (javac's `synchronized` and `finally` handlers: `astore; aload; monitorexit` under a range
+    /// that targets the handler itself). There the code goes at the end of that range: C1 will not
+    /// compile a method whose handler entry holds a covered instruction that can throw ("exception
+    /// handler covers itself"), and before that point the handler may still hold a monitor.
+    pub at: u32,
 }
 
 /// The blocks of one method and their facts; buffers are kept across methods.
@@ -87,6 +93,21 @@ impl Flow {
             }
             self.info[i].terminates = is_return(op) || op == ATHROW;
         }
+        for (i, b) in self.blocks.iter().enumerate() {
+            self.info[i].at = b.start;
+        }
+        for e in code.exception_entries() {
+            let (start, end, handler) = (e.start as u32, e.end as u32, e.handler as u32);
+            if start <= handler && handler < end {
+                if let Some(h) = block_of(&self.blocks, handler as i64).filter(|&h| self.blocks[h].start == handler) {
+                    let b = self.blocks[h];
+                    let at = self.info[h].at.max(end);
+                    if at < b.end && quiet_run(bytes, b.start, at)? {
+                        self.info[h].at = at;
+                    }
+                }
+            }
+        }
         for e in code.exception_entries() {
             let Some(h) = block_of(&self.blocks, e.handler as i64) else { continue };
             for (i, b) in self.blocks.iter().enumerate() {
@@ -128,6 +149,24 @@ impl Flow {
     pub fn first_runs_once(&self) -> bool {
         !self.info.is_empty() && !self.info[0].entered
     }
+}
+
+/// `[from, to)` is a run of whole instructions that neither call, allocate, return nor throw.
+fn quiet_run(bytes: &[u8], from: u32, to: u32) -> Result<bool, Error> {
+    for insn in Instructions::new(bytes) {
+        let insn = insn?;
+        if insn.offset + insn.len <= from {
+            continue;
+        }
+        if insn.offset >= to {
+            return Ok(insn.offset == to);
+        }
+        if insn.offset < from || is_invoke(insn.opcode) || is_return(insn.opcode) || matches!(insn.opcode, NEW | ATHROW)
+        {
+            return Ok(false);
+        }
+    }
+    Ok(false)
 }
 
 fn block_of(blocks: &[Block], offset: i64) -> Option<usize> {

@@ -42,6 +42,7 @@ public final class T {
     }
 
     /** Makes room for depth {@code d}: called when the reified stack is full (deep recursion). */
+    @jdk.internal.vm.annotation.DontInline
     void grow(int d) {
         int n = frames.length;
         while (n <= d) {
@@ -63,7 +64,8 @@ public final class T {
         cacheNodes = nodes;
     }
 
-    /** A stack entry. */
+    /** A stack entry. Force-inlined: C1 would otherwise call it from every rewritten prologue. */
+    @jdk.internal.vm.annotation.ForceInline
     static long frame(int method, int site) {
         return ((long) site << 32) | (method & 0xffffffffL);
     }
