@@ -11,7 +11,7 @@ use kprof::classfile::code::Instructions;
 use kprof::classfile::edit::{CodeEditor, EditError, EditLimits, MethodContext, Refusal};
 use kprof::classfile::opcodes::{GOTO, NEW, NOP, RETURN};
 use kprof::classfile::stackmap::StackMap;
-use kprof::classfile::{write_class, ClassFile, MethodEdit, Snippet, VType};
+use kprof::classfile::{add_fields, write_class, ClassFile, MethodEdit, NewField, Snippet, VType};
 use kprof::rewrite::probe::ProbeTransform;
 use kprof::rewrite::{Mode, RewriteStats, Rewriter, SkipPolicy};
 use std::path::{Path, PathBuf};
@@ -91,6 +91,45 @@ fn probe_rewritten_sample_runs_the_same() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+#[test]
+fn added_fields_are_there_and_the_class_runs_the_same() {
+    // What the agent does to java.lang.Thread, on the sample classes: fields of every kind appended.
+    let fields = [
+        NewField { access_flags: 0x1081, name: "kprof$t", descriptor: "Ljava/lang/Object;" },
+        NewField { access_flags: 0x1081, name: "kprof$c", descriptor: "I" },
+        NewField { access_flags: 0x1081, name: "kprof$st", descriptor: "J" },
+    ];
+    let classes = sample_classes();
+    let mut edited = Vec::new();
+    for (name, bytes) in &classes {
+        let mut out = Vec::new();
+        add_fields(bytes, &fields, &mut out).unwrap();
+        let before = ClassFile::parse(bytes).unwrap();
+        let after = ClassFile::parse(&out).unwrap();
+        assert_eq!(after.fields.len(), before.fields.len() + fields.len(), "{name}");
+        assert_eq!(after.methods.len(), before.methods.len(), "{name}");
+        let names: Vec<&[u8]> = after.fields.iter().map(|m| after.member_name(m).unwrap()).collect();
+        for f in &fields {
+            assert!(names.contains(&f.name.as_bytes()), "{name}: no {}", f.name);
+        }
+        for (a, b) in before.methods.iter().zip(&after.methods) {
+            assert_eq!(before.member_name(a).unwrap(), after.member_name(b).unwrap());
+        }
+        // Once is enough: the same fields again are refused.
+        assert!(add_fields(&out, &fields, &mut Vec::new()).is_err(), "{name}");
+        edited.push((name.clone(), out));
+    }
+    let dir = scratch("added-fields-sample");
+    write_classes(&dir, &edited);
+    for home in jdks() {
+        let (expected, _) = run_sample(&home, harness_classes(), &[]);
+        let (got, err) = run_sample(&home, dir.to_str().unwrap(), &[]);
+        assert!(!expected.is_empty());
+        assert_eq!(got, expected, "{}: {err}", home.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Rewrites every method of `data` through `edit` and writes the class.

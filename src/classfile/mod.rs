@@ -30,7 +30,7 @@ pub use constant_pool::{Constant, ConstantPool};
 pub use edit::{CodeEditor, EditLimits, MethodContext, Refusal};
 pub use snippet::Snippet;
 pub use stackmap::VType;
-pub use writer::{roundtrip_rebuild, write_class, MethodEdit};
+pub use writer::{add_fields, roundtrip_rebuild, write_class, MethodEdit, NewField};
 
 use std::fmt;
 

@@ -69,3 +69,47 @@ pub fn roundtrip_rebuild(data: &[u8], out: &mut Vec<u8>) -> Result<()> {
     }
     write_class(&class, &edits, &buf, true, out)
 }
+
+/// A field to add to a class: access flags, name and descriptor.
+#[derive(Clone, Copy, Debug)]
+pub struct NewField<'n> {
+    pub access_flags: u16,
+    pub name: &'n str,
+    pub descriptor: &'n str,
+}
+
+/// Writes `data` to `out` with `fields` appended to its fields (no attributes), leaving everything else as it
+/// was. A field the class already has (same name) is an error: the caller decides once per class.
+pub fn add_fields(data: &[u8], fields: &[NewField<'_>], out: &mut Vec<u8>) -> Result<()> {
+    let mut class = ClassFile::parse(data)?;
+    for f in fields {
+        if class.fields.iter().any(|m| class.member_name(m).is_ok_and(|n| n == f.name.as_bytes())) {
+            return Err(Error::new("the class already has a field of that name", 0));
+        }
+    }
+    let mut entries = Vec::with_capacity(fields.len() * 8);
+    for f in fields {
+        let name = class.constant_pool.add_utf8(f.name)?;
+        let desc = class.constant_pool.add_utf8(f.descriptor)?;
+        put_u16(&mut entries, f.access_flags);
+        put_u16(&mut entries, name);
+        put_u16(&mut entries, desc);
+        put_u16(&mut entries, 0);
+    }
+    let cp = &class.constant_pool;
+    let count_at = cp.original_range().end + 8 + 2 * class.interfaces.len();
+    let fields_end = class.fields.last().map_or(count_at + 2, |m| m.range.end);
+    let count =
+        u16::try_from(class.fields.len() + fields.len()).map_err(|_| Error::new("too many fields", count_at))?;
+    out.clear();
+    out.extend_from_slice(&data[..8]);
+    put_u16(out, cp.count());
+    out.extend_from_slice(&data[cp.original_range()]);
+    out.extend_from_slice(cp.appended_bytes());
+    out.extend_from_slice(&data[cp.original_range().end..count_at]);
+    put_u16(out, count);
+    out.extend_from_slice(&data[count_at + 2..fields_end]);
+    out.extend_from_slice(&entries);
+    out.extend_from_slice(&data[fields_end..]);
+    Ok(())
+}
