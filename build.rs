@@ -28,11 +28,39 @@ fn main() {
     println!("cargo:rerun-if-changed=java-runtime");
     let runtime_classes = out.join("runtime-classes");
     let runtime_jar = out.join("kprof-runtime.jar");
+    // The helpers read fields the agent adds to java.lang.Thread: they compile against a stub of it.
+    // The stub names runtime classes (the fields' types), so those are compiled first on their own.
+    let stub_deps = out.join("thread-stub-deps");
+    compile_java_files(
+        &jdk,
+        &[runtime_src.join("kprof/runtime/T.java")],
+        &stub_deps,
+        &["--add-exports", "java.base/jdk.internal.vm.annotation=ALL-UNNAMED"],
+    );
+    let stub_classes = out.join("thread-stub-classes");
+    let stub_src = Path::new("java-runtime/stub");
+    let patch_src = format!("java.base={}", stub_src.display());
+    compile_java(
+        &jdk,
+        stub_src,
+        &stub_classes,
+        &["--patch-module", &patch_src, "--add-reads", "java.base=ALL-UNNAMED", "-cp", stub_deps.to_str().unwrap()],
+    );
+    let patch_classes = format!("java.base={}", stub_classes.display());
     compile_java(
         &jdk,
         runtime_src,
         &runtime_classes,
-        &["--add-exports", "java.base/jdk.internal.vm.annotation=ALL-UNNAMED"],
+        &[
+            "--patch-module",
+            &patch_classes,
+            "--add-reads",
+            "java.base=ALL-UNNAMED",
+            "--add-exports",
+            "java.base/jdk.internal.vm.annotation=ALL-UNNAMED",
+            "--add-exports",
+            "java.base/jdk.internal.misc=ALL-UNNAMED",
+        ],
     );
     make_jar(&jdk, &runtime_classes, &runtime_jar);
     println!("cargo:rustc-env=KPROF_RUNTIME_JAR={}", runtime_jar.display());
@@ -137,6 +165,10 @@ fn java_sources(dir: &Path, out: &mut Vec<PathBuf>) {
 fn compile_java(jdk: &Path, src: &Path, dest: &Path, extra: &[&str]) {
     let mut files = Vec::new();
     java_sources(src, &mut files);
+    compile_java_files(jdk, &files, dest, extra);
+}
+
+fn compile_java_files(jdk: &Path, files: &[PathBuf], dest: &Path, extra: &[&str]) {
     let _ = fs::remove_dir_all(dest);
     fs::create_dir_all(dest).expect("create class output dir");
     if files.is_empty() {
@@ -149,10 +181,10 @@ fn compile_java(jdk: &Path, src: &Path, dest: &Path, extra: &[&str]) {
         .arg("UTF-8")
         .arg("-d")
         .arg(dest)
-        .args(&files)
+        .args(files)
         .status()
         .expect("run javac");
-    assert!(status.success(), "javac failed on {}", src.display());
+    assert!(status.success(), "javac failed on {:?}", files.first());
 }
 
 fn make_jar(jdk: &Path, classes: &Path, jar: &Path) {

@@ -184,7 +184,7 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "50",
         "bytecode/exact: longest block and longest path without a check, bytecodes",
     ),
-    ("callsite", "on | off", "on", "bytecode/exact: keep calls from different callsites apart"),
+    ("callsite", "on | off", "off (bytecode), on (exact)", "bytecode/exact: keep calls from different callsites apart"),
     ("bb", "on | off", "off", "exact: also count every basic block in every calling context"),
     (
         "include",
@@ -267,6 +267,7 @@ impl Options {
         let mut o = Options::default();
         let mut format: Option<Format> = None;
         let mut paths: Vec<String> = Vec::new();
+        let mut callsite_given = false;
         for item in text.unwrap_or("").split(',') {
             let item = item.trim();
             if item.is_empty() {
@@ -313,7 +314,10 @@ impl Options {
                 }
                 "threads" => o.threads = parse_switch(key, value)?,
                 "control" => o.control = parse_switch(key, value)?,
-                "callsite" => o.callsite = parse_switch(key, value)?,
+                "callsite" => {
+                    o.callsite = parse_switch(key, value)?;
+                    callsite_given = true;
+                }
                 "bb" => o.bb = parse_switch(key, value)?,
                 "gran" => o.gran = parse_range(key, need()?, 1, 1_000_000_000)? as u32,
                 "rand" => o.rand = parse_range(key, need()?, 0, 1_000_000_000)? as u32,
@@ -363,6 +367,12 @@ impl Options {
                 }
             };
             o.files.push(OutputFile { path, format: fmt });
+        }
+        if !callsite_given {
+            // Bytecode mode keeps callsites apart only on request: recording a callsite costs a store
+            // before every call (xalan: 4.6x against 3.7x, docs/BENCHMARKS.md), and samples are
+            // attributed to methods either way. Exact mode is callsite-aware by default.
+            o.callsite = o.mode != Mode::Bytecode;
         }
         if o.bb && o.mode != Mode::Exact {
             return Err(OptionError(format!(

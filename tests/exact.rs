@@ -363,13 +363,28 @@ fn a_small_heap_spends_the_node_budget_and_the_rest_is_counted_as_overflow() {
     for_each_jdk(|jdk| {
         let dir = scratch(&format!("exact-budget-{}", jdk.label()));
         let main = "kprof.harness.Deterministic";
-        let (full, _) = profile(jdk, &dir, "full", "", &[], main, &[]);
-        let (small, p) = profile(jdk, &dir, "small", "", &["-Xmx32m"], main, &[]);
+        let (full, pf) = profile(jdk, &dir, "full", "threads=on", &[], main, &[]);
+        let (small, p) = profile(jdk, &dir, "small", "threads=on", &["-Xmx32m"], main, &[]);
         let (f, s) = (full.summary(), small.summary());
         assert_eq!(f["overflow"], "0", "{}", jdk.label());
         let overflow: u64 = s["overflow"].parse().unwrap();
         assert!(overflow > 0, "{}: {s:?}", jdk.label());
-        assert_eq!(f["calls"], s["calls"], "{}: every call counted", jdk.label());
+        // Every call counted: all calls, overflow included, are the same with either heap, but for those of
+        // the Common-Cleaner thread, whose cleanup actions run when the garbage collector finds their objects
+        // unreachable (a few calls, at other times with another heap).
+        let calls_but_cleaner = |p: &Profile| {
+            let cleaner =
+                p.nodes[0].children.iter().copied().find(|&c| {
+                    p.frames[p.nodes[c as usize].frame as usize].display_name() == "[thread Common-Cleaner]"
+                });
+            let (mut sum, mut work) = (0u64, vec![0u32]);
+            while let Some(n) = work.pop() {
+                sum += p.nodes[n as usize].calls;
+                work.extend(p.nodes[n as usize].children.iter().copied().filter(|&c| Some(c) != cleaner));
+            }
+            sum
+        };
+        assert_eq!(calls_but_cleaner(&p), calls_but_cleaner(&pf), "{}: every call counted", jdk.label());
         let contexts = |m: &BTreeMap<String, String>| m["contexts"].parse::<u64>().unwrap();
         assert!(contexts(&s) < contexts(&f), "{}: {} !< {}", jdk.label(), contexts(&s), contexts(&f));
         let in_overflow: u64 = p

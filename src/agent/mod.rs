@@ -106,7 +106,7 @@ pub struct Agent {
 static AGENT: OnceLock<&'static Agent> = OnceLock::new();
 
 /// Runs `f`, turning a panic into a message and `fallback`.
-fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+pub(crate) fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,
         Err(e) => {
@@ -208,6 +208,13 @@ fn on_load(vm: JavaVm, text: Option<&str>) -> Result<(), String> {
     for f in &options.files {
         check_writable(&expand_path(&f.path, std::process::id(), 0, 1));
     }
+    // Bytecode mode only: exact mode keeps its own state, and the early hook this needs makes HotSpot start
+    // without class data sharing (slower start-up, and more JDK start-up code runs and is counted).
+    if options.mode == Mode::Bytecode {
+        if let Err(e) = crate::engine::rewriting::thread_fields::install(vm) {
+            say(&format!("note: per-thread fields not added to java.lang.Thread ({e}); rewritten code uses a table"));
+        }
+    }
     create_agent(vm, options, true)?;
     Ok(())
 }
@@ -269,6 +276,11 @@ impl Agent {
         if potential.can_generate_compiled_method_load_events() != 0 {
             caps.set_can_generate_compiled_method_load_events(1);
         }
+        // Bytecode mode keeps a state per virtual thread, given at VirtualThreadStart (JDK 21+).
+        let virtual_threads = options.mode == Mode::Bytecode && potential.can_support_virtual_threads() != 0;
+        if virtual_threads {
+            caps.set_can_support_virtual_threads(1);
+        }
         self.jvmti.add_capabilities(&caps).map_err(|e| format!("kprof: AddCapabilities: {e}"))?;
         let callbacks = jvmtiEventCallbacks {
             VMInit: Some(on_vm_init),
@@ -279,6 +291,8 @@ impl Agent {
             ClassPrepare: Some(on_class_prepare),
             CompiledMethodLoad: Some(on_compiled_method_load),
             ClassFileLoadHook: Some(on_class_file_load_hook),
+            VirtualThreadStart: Some(on_virtual_thread_start),
+            VirtualThreadEnd: Some(on_virtual_thread_end),
             ..Default::default()
         };
         self.jvmti.set_event_callbacks(&callbacks).map_err(|e| format!("kprof: SetEventCallbacks: {e}"))?;
@@ -292,6 +306,11 @@ impl Agent {
         // AsyncGetCallTrace refuses to walk stacks unless ClassLoad events are enabled.
         for e in [JVMTI_EVENT_VM_INIT, JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_CLASS_LOAD] {
             self.jvmti.set_event(e, true).map_err(|err| format!("kprof: enabling JVMTI event {e}: {err}"))?;
+        }
+        if virtual_threads {
+            for e in [JVMTI_EVENT_VIRTUAL_THREAD_START, JVMTI_EVENT_VIRTUAL_THREAD_END] {
+                self.jvmti.set_event(e, true).map_err(|err| format!("kprof: enabling JVMTI event {e}: {err}"))?;
+            }
         }
         self.set_session_events(true);
         Ok(())
@@ -417,7 +436,7 @@ impl Agent {
     fn dump(&self, jni: Option<Jni>, files: Option<Vec<OutputFile>>) -> Result<Vec<String>, String> {
         let job = {
             let mut session = lock(&self.session);
-            if session.running && session.options.mode == Mode::Exact {
+            if session.running && matches!(session.options.mode, Mode::Exact | Mode::Bytecode) {
                 if let (Some(engine), Some(jni)) = (RewritingEngine::get(), jni) {
                     engine.before_write(jni);
                 }
@@ -746,7 +765,12 @@ impl Agent {
                     c.insert("samples".into(), st.samples.load(Ordering::Relaxed));
                     c.insert("sampled_bytecodes".into(), sampled);
                     c.insert("residual_bytecodes".into(), session.residual);
-                    c.insert("estimated_bytecodes".into(), sampled + session.residual);
+                    let dropped = st.dropped_bytecodes.load(Ordering::Relaxed);
+                    c.insert("dropped_bytecodes".into(), dropped);
+                    c.insert("estimated_bytecodes".into(), sampled + dropped + session.residual);
+                    c.insert("dropped_samples".into(), st.dropped.load(Ordering::Relaxed));
+                    c.insert("truncated_samples".into(), st.truncated.load(Ordering::Relaxed));
+                    c.insert("threads_sampled".into(), st.threads.load(Ordering::Relaxed));
                     c.insert("gran".into(), o.gran as u64);
                     c.insert("rand".into(), o.rand as u64);
                 } else {
@@ -899,10 +923,13 @@ fn print_summary(meta: &Meta, interval_ns: u64, contexts: usize, written: &[Stri
             .collect();
         let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
         say(&format!(
-            "mode=bytecode gran={} rand={} samples={} bytecodes={} classes_rewritten={} retransformed={} filtered={} failed={} methods_rewritten={} left_alone={} ({}) overflow={} write_ms={} files={}",
+            "mode=bytecode gran={} rand={} samples={} dropped={} truncated={} threads={} bytecodes={} classes_rewritten={} retransformed={} filtered={} failed={} methods_rewritten={} left_alone={} ({}) overflow={} write_ms={} files={}",
             c("gran"),
             c("rand"),
             c("samples"),
+            c("dropped_samples"),
+            c("truncated_samples"),
+            c("threads_sampled"),
             c("estimated_bytecodes"),
             c("classes_rewritten"),
             c("classes_retransformed"),
@@ -985,9 +1012,13 @@ unsafe extern "C" fn on_vm_death(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv) {
 
 unsafe extern "C" fn on_thread_start(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, thread: jthread) {
     guard((), || {
+        // SAFETY: the JVM passes the calling thread's JNIEnv.
+        let jni = unsafe { Jni::from_raw(jni) };
         if let Some(a) = agent() {
-            // SAFETY: the JVM passes the calling thread's JNIEnv.
-            a.thread_started(unsafe { Jni::from_raw(jni) }, thread);
+            a.thread_started(jni, thread);
+        }
+        if let Some(e) = RewritingEngine::get() {
+            e.thread_started(jni);
         }
     })
 }
@@ -997,11 +1028,31 @@ unsafe extern "C" fn on_thread_end(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thr
         if let Some(s) = Sampler::get() {
             s.unregister(gettid());
         }
-        if let Some(e) = RewritingEngine::get().filter(|e| e.is_active()) {
+        on_rewritten_thread_end(jni);
+    })
+}
+
+/// VirtualThreadStart (JDK 21+): bytecode mode gives the virtual thread its state.
+unsafe extern "C" fn on_virtual_thread_start(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thread: jthread) {
+    guard((), || {
+        if let Some(e) = RewritingEngine::get() {
             // SAFETY: the JVM passes the calling thread's JNIEnv.
-            e.thread_ended(unsafe { Jni::from_raw(jni) });
+            e.thread_started(unsafe { Jni::from_raw(jni) });
         }
     })
+}
+
+unsafe extern "C" fn on_virtual_thread_end(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thread: jthread) {
+    guard((), || on_rewritten_thread_end(jni))
+}
+
+/// A thread ends: exact mode merges its tree (while the session runs); bytecode mode releases its block
+/// (whether the session runs or not: the block lives as long as its thread).
+fn on_rewritten_thread_end(jni: *mut JNIEnv) {
+    if let Some(e) = RewritingEngine::get().filter(|e| e.is_active() || e.mode() == Mode::Bytecode) {
+        // SAFETY: the JVM passes the calling thread's JNIEnv.
+        e.thread_ended(unsafe { Jni::from_raw(jni) });
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -307,6 +307,12 @@ impl Jvmti {
         check(call!(self, AddModuleReads, module, to))
     }
 
+    /// Exports package `pkg` (dotted name) of `module` to module `to`.
+    pub fn add_module_exports(self, module: jobject, pkg: &str, to: jobject) -> JvmtiResult<()> {
+        let c = CString::new(pkg).map_err(|_| JvmtiError(JVMTI_ERROR_ILLEGAL_ARGUMENT))?;
+        check(call!(self, AddModuleExports, module, c.as_ptr(), to))
+    }
+
     /// Copies `bytes` into memory JVMTI allocated (the form ClassFileLoadHook must return new bytes in).
     pub fn allocate_copy(self, bytes: &[u8]) -> JvmtiResult<*mut u8> {
         let mut p: *mut u8 = ptr::null_mut();

@@ -1,18 +1,16 @@
-//! The bytecode mode's rewrite (Komorium, seeds/000 §4–5): every basic block decrements the thread's
-//! bytecode counter by its instruction count; granularity checks sit only where Komorium §5.2 puts them
-//! (blocks that return or throw, blocks that call, loop headers) plus as few more as keep every path
-//! between two checks within MaxPath bytecodes; a reified stack of method ids is kept without
-//! instrumenting exits. The Java side is `java-runtime/src/kprof/runtime/Bc.java`, whose comment shows
-//! the inserted sequences.
+//! The bytecode mode's rewrite (Komorium, seeds/000 §4–5): every basic block adds its instruction count to
+//! a local counter; granularity checks, at Komorium §5.2's places (blocks that call or head a loop, returns
+//! and throws, and wherever a forward path would run past MaxPath bytecodes unchecked), commit it to the
+//! thread's counter and record a sample when the period is over; a reified stack of method ids is kept by
+//! a push in the prologue and a pop at returns. The Java side is `java-runtime/src/kprof/runtime/Bc.java`,
+//! whose comment shows the inserted sequences and says why they look the way they do.
 //!
-//! The depth protocol (see `Bc.java`): `enter` takes the depth the caller left and leaves depth + 1
-//! for callees, a normal return restores it, an exception handler re-asserts it. Leaf methods (no
-//! calls) never move the depth, skip the stack write in the prologue and name themselves only when a
-//! sample is due (Komorium §5.1).
+//! Leaf methods (no calls) are not pushed: they name themselves only when they sample (Komorium §5.1); a
+//! leaf of one block gets a single helper call before its returns and no locals.
 
 use std::sync::Arc;
 
-use super::flow::Flow;
+use super::flow::{bracket_calls, Flow};
 use super::methods::MethodTable;
 use super::{MethodInput, MethodTransform};
 use crate::classfile::blocks::DEFAULT_MAX_PATH;
@@ -21,44 +19,47 @@ use crate::classfile::edit::{CodeEditor, EditError, Refusal};
 use crate::classfile::opcodes::*;
 use crate::classfile::{ConstantPool, Snippet, VType};
 
+/// The helpers when java.lang.Thread has kprof's fields (the agent started with the JVM), and otherwise.
 pub const RUNTIME_CLASS: &str = "kprof/runtime/Bc";
+pub const TABLE_RUNTIME_CLASS: &str = "kprof/runtime/Bt";
 pub const STATE_CLASS: &str = "kprof/runtime/T";
-/// `iadd` (the opcode table names only the opcodes the engine branches on).
-const IADD_OPCODE: u8 = 96;
+/// A stack entry with this bit set names a call site ([`MethodTable::site`]); without it, a method id.
+pub const SITE_BIT: u32 = 1 << 31;
 
 /// Options of the bytecode rewrite.
 #[derive(Clone, Copy, Debug)]
 pub struct BytecodeConfig {
     /// Longest run of bytecodes between two granularity checks, and longest block (0: no limit).
     pub max_path: u32,
-    /// Record the callsite of every call (the CCT then keeps callsites apart).
+    /// Every call writes its site into the caller's stack entry (the CCT then keeps callsites apart).
     pub callsites: bool,
-    /// Komorium §5.1: leaf methods write their id only when they sample.
+    /// Komorium §5.1: leaf methods are not pushed; they name themselves when they sample.
     pub leaf_optimization: bool,
+    /// java.lang.Thread has kprof's fields for the thread's state (the agent started with the JVM); otherwise
+    /// the state is looked up in a table by thread id and kept in a local.
+    pub thread_fields: bool,
 }
 
 impl Default for BytecodeConfig {
     fn default() -> Self {
-        BytecodeConfig { max_path: DEFAULT_MAX_PATH, callsites: true, leaf_optimization: true }
+        BytecodeConfig { max_path: DEFAULT_MAX_PATH, callsites: false, leaf_optimization: true, thread_fields: true }
     }
 }
 
-/// Constant-pool entries of one class.
+/// Constant-pool entries of one class. Without Thread fields every helper but `state`, `leaf1`, `mute` and
+/// `unmute` takes the state as its first argument.
 #[derive(Clone, Copy, Default)]
 struct Refs {
     state_class: u16,
+    state: u16,
     enter: u16,
-    enter_check: u16,
-    enter_leaf: u16,
-    enter_leaf_check: u16,
-    count: u16,
+    site: u16,
     check: u16,
-    check_leaf: u16,
-    count_exit: u16,
-    check_exit: u16,
+    exit: u16,
+    leaf_check: u16,
+    leaf_exit: u16,
+    leaf1: u16,
     handler: u16,
-    sp_field: u16,
-    site_field: u16,
     mute: u16,
     unmute: u16,
 }
@@ -91,23 +92,31 @@ impl BytecodeTransform {
             return Ok(r);
         }
         let full = |_| EditError::Refused(Refusal::ConstantPoolFull);
-        let t = "Lkprof/runtime/T;";
+        let fields = self.config.thread_fields;
+        let (class, t) = if fields { (RUNTIME_CLASS, "") } else { (TABLE_RUNTIME_CLASS, "Lkprof/runtime/T;") };
+        let mut m = |name: &str, args: &str, ret: &str| cp.add_methodref(class, name, &format!("({t}{args}){ret}"));
         let r = Refs {
-            state_class: cp.add_class(STATE_CLASS).map_err(full)?,
-            enter: cp.add_methodref(RUNTIME_CLASS, "enter", &format!("(II){t}")).map_err(full)?,
-            enter_check: cp.add_methodref(RUNTIME_CLASS, "enterCheck", &format!("(II){t}")).map_err(full)?,
-            enter_leaf: cp.add_methodref(RUNTIME_CLASS, "enterLeaf", &format!("(I){t}")).map_err(full)?,
-            enter_leaf_check: cp.add_methodref(RUNTIME_CLASS, "enterLeafCheck", &format!("(II){t}")).map_err(full)?,
-            count: cp.add_methodref(RUNTIME_CLASS, "count", &format!("({t}I)V")).map_err(full)?,
-            check: cp.add_methodref(RUNTIME_CLASS, "check", &format!("({t}II)V")).map_err(full)?,
-            check_leaf: cp.add_methodref(RUNTIME_CLASS, "checkLeaf", &format!("({t}II)V")).map_err(full)?,
-            count_exit: cp.add_methodref(RUNTIME_CLASS, "countExit", &format!("({t}II)V")).map_err(full)?,
-            check_exit: cp.add_methodref(RUNTIME_CLASS, "checkExit", &format!("({t}II)V")).map_err(full)?,
-            handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({t}I)V")).map_err(full)?,
-            sp_field: cp.add_fieldref(STATE_CLASS, "sp", "I").map_err(full)?,
-            site_field: cp.add_fieldref(STATE_CLASS, "site", "I").map_err(full)?,
-            mute: cp.add_methodref(RUNTIME_CLASS, "mute", "()V").map_err(full)?,
-            unmute: cp.add_methodref(RUNTIME_CLASS, "unmute", "()V").map_err(full)?,
+            state_class: 0,
+            state: 0,
+            enter: m("enter", "I", "I").map_err(full)?,
+            site: m("site", "II", "V").map_err(full)?,
+            check: m("check", "III", "I").map_err(full)?,
+            exit: m("exit", "III", "V").map_err(full)?,
+            leaf_check: m("leafCheck", "II", "I").map_err(full)?,
+            leaf_exit: m("leafExit", "II", "V").map_err(full)?,
+            handler: m("handler", "I", "V").map_err(full)?,
+            leaf1: 0,
+            mute: 0,
+            unmute: 0,
+        };
+        let plain = |cp: &mut ConstantPool<'_>, name: &str, desc: &str| cp.add_methodref(class, name, desc);
+        let r = Refs {
+            state_class: if fields { 0 } else { cp.add_class(STATE_CLASS).map_err(full)? },
+            state: if fields { 0 } else { plain(cp, "t", "()Lkprof/runtime/T;").map_err(full)? },
+            leaf1: if fields { r.leaf_exit } else { plain(cp, "leafExit1", "(II)V").map_err(full)? },
+            mute: plain(cp, "mute", "()V").map_err(full)?,
+            unmute: plain(cp, "unmute", "()V").map_err(full)?,
+            ..r
         };
         self.refs = Some(r);
         Ok(r)
@@ -126,7 +135,7 @@ impl MethodTransform for BytecodeTransform {
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError> {
         let refs = self.refs(cp)?;
-        super::flow::bracket_calls(m.code.code, editor, cp, &mut self.snippet, (refs.mute, refs.unmute))
+        bracket_calls(m.code.code, editor, cp, &mut self.snippet, (refs.mute, refs.unmute))
     }
 
     fn begin_class(&mut self, _: &crate::classfile::ClassFile<'_>) {
@@ -142,74 +151,100 @@ impl MethodTransform for BytecodeTransform {
         if self.wrappers.iter().any(|(n, d)| n == m.name && d == m.descriptor) {
             return Ok(());
         }
-        self.flow.analyse(m.code, self.config.max_path)?;
+        let max_path = self.config.max_path;
+        self.flow.analyse(m.code, max_path)?;
         let refs = self.refs(cp)?;
         let id = self.methods.id(m.class_name, m.name, m.descriptor) as i32;
         let leaf = self.config.leaf_optimization && !self.flow.info.iter().any(|b| b.calls);
-        let state = editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)?;
-        // Leaf methods need no depth local: they read it when they sample.
+        let s = &mut self.snippet;
+        if leaf && self.flow.blocks.len() == 1 && self.flow.first_runs_once() {
+            // A leaf of one block runs straight to a return or throw: one helper call before each exit.
+            let n = self.flow.blocks[0].insns as i32;
+            for insn in Instructions::new(m.code.code) {
+                let insn = insn?;
+                if is_return(insn.opcode) || insn.opcode == ATHROW {
+                    s.clear();
+                    s.push_int(cp, -n).push_int(cp, id).invokestatic(cp, refs.leaf1);
+                    editor.insert_before(insn.offset, s)?;
+                }
+            }
+            return Ok(());
+        }
+        // Without Thread fields the state is a local, the first argument of every helper.
+        let state = if self.config.thread_fields {
+            None
+        } else {
+            Some(editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)?)
+        };
+        let count = editor.add_local(VType::Integer).map_err(EditError::Refused)?;
+        // Leaf methods need no depth: they read it when they sample.
         let depth = if leaf { 0 } else { editor.add_local(VType::Integer).map_err(EditError::Refused)? };
+        let with_state = |s: &mut Snippet| {
+            if let Some(l) = state {
+                s.aload(l);
+            }
+        };
         // The prologue counts the first block when nothing leads back to it (it then runs exactly once).
         let fold_first = self.flow.first_runs_once();
         let first = if fold_first { self.flow.blocks[0].insns as i32 } else { 0 };
-        let first_checks = fold_first && self.flow.info[0].check;
-        let s = &mut self.snippet;
         s.clear();
-        match (leaf, first_checks) {
-            (true, true) => {
-                s.push_int(cp, first).push_int(cp, id).invokestatic(cp, refs.enter_leaf_check).astore(state)
-            }
-            (true, false) => s.push_int(cp, first).invokestatic(cp, refs.enter_leaf).astore(state),
-            (false, c) => s
-                .push_int(cp, id)
-                .push_int(cp, first)
-                .invokestatic(cp, if c { refs.enter_check } else { refs.enter })
-                .astore(state)
-                .aload(state)
-                .getfield(cp, refs.sp_field)
-                .op(ICONST_M1)
-                .op(IADD_OPCODE)
-                .istore(depth),
-        };
+        if let Some(l) = state {
+            s.invokestatic(cp, refs.state).astore(l);
+        }
+        if !leaf {
+            with_state(s);
+            s.push_int(cp, id).invokestatic(cp, refs.enter).istore(depth);
+        }
+        s.push_int(cp, -first).istore(count);
         editor.insert_prologue(s)?;
-        let bytes = m.code.code;
         let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
-        let mut insns = Instructions::new(bytes).peekable();
+        let mut insns = Instructions::new(m.code.code).peekable();
         for (i, b) in self.flow.blocks.iter().enumerate() {
             let info = self.flow.info[i];
+            let n = if i == 0 && fold_first { 0 } else { b.insns };
+            // A returning block checks at its return; it needs a check at its start as well only when it
+            // calls, heads a loop, or would take the path since the last check past MaxPath.
+            let over = max_path != 0 && info.entering.saturating_add(b.insns) > max_path;
+            let start_check = info.calls || info.loop_header || (info.check && (!info.terminates || over));
+            s.clear();
             if !leaf && handlers.contains(&b.start) {
-                s.clear();
-                s.aload(state).iload(depth).invokestatic(cp, refs.handler);
-                editor.insert_before(info.at, s)?;
+                with_state(s);
+                s.iload(depth).invokestatic(cp, refs.handler);
             }
-            // A returning block that calls nothing restores the depth at its start (nothing in it can move
-            // the depth again), saving a helper at the return.
-            let exit_at_start = !leaf && info.terminates && !info.calls;
-            let n = b.insns as i32;
-            if !(i == 0 && fold_first) || exit_at_start {
-                let n = if i == 0 && fold_first { 0 } else { n };
-                s.clear();
-                match (info.check && !(i == 0 && fold_first), leaf, exit_at_start) {
-                    (true, true, _) => {
-                        s.aload(state).push_int(cp, n).push_int(cp, id).invokestatic(cp, refs.check_leaf)
-                    }
-                    (true, false, false) => s.aload(state).iload(depth).push_int(cp, n).invokestatic(cp, refs.check),
-                    (true, false, true) => {
-                        s.aload(state).iload(depth).push_int(cp, n).invokestatic(cp, refs.check_exit)
-                    }
-                    (false, _, true) => s.aload(state).iload(depth).push_int(cp, n).invokestatic(cp, refs.count_exit),
-                    (false, _, false) => s.aload(state).push_int(cp, n).invokestatic(cp, refs.count),
-                };
+            if n > 0 {
+                let n = i16::try_from(n).map_err(|_| EditError::Refused(Refusal::CodeTooLarge))?;
+                s.iinc(count, -n);
+            }
+            if start_check {
+                with_state(s);
+                if leaf {
+                    s.iload(count).push_int(cp, id).invokestatic(cp, refs.leaf_check).istore(count);
+                } else {
+                    s.iload(depth).iload(count).push_int(cp, id).invokestatic(cp, refs.check).istore(count);
+                }
+            }
+            if !s.is_empty() {
                 editor.insert_before(info.at, s)?;
             }
             while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
-                if is_return(insn.opcode) && !leaf && !exit_at_start {
-                    s.clear();
-                    s.aload(state).iload(depth).putfield(cp, refs.sp_field);
-                    editor.insert_before(insn.offset, s)?;
+                s.clear();
+                if is_return(insn.opcode) || insn.opcode == ATHROW {
+                    with_state(s);
+                    if leaf {
+                        s.iload(count).push_int(cp, id).invokestatic(cp, refs.leaf_exit);
+                    } else {
+                        s.iload(depth).iload(count).push_int(cp, id).invokestatic(cp, refs.exit);
+                    }
+                    if insn.opcode == ATHROW {
+                        // The method itself may catch what it throws: what was committed must not count twice.
+                        s.op(ICONST_0).istore(count);
+                    }
                 } else if is_invoke(insn.opcode) && self.config.callsites {
-                    s.clear();
-                    s.aload(state).push_int(cp, insn.offset as i32).putfield(cp, refs.site_field);
+                    let site = self.methods.site(id as u32, insn.offset) | SITE_BIT;
+                    with_state(s);
+                    s.iload(depth).push_int(cp, site as i32).invokestatic(cp, refs.site);
+                }
+                if !s.is_empty() {
                     editor.insert_before(insn.offset, s)?;
                 }
             }
@@ -233,19 +268,23 @@ mod tests {
 
     #[test]
     fn rewrites_harness_classes_and_names_every_method() {
-        let table = Arc::new(MethodTable::new());
-        let transform = BytecodeTransform::new(BytecodeConfig::default(), Arc::clone(&table));
-        let mut rw = Rewriter::with_transform(Box::new(transform), SkipPolicy::agent(), EditLimits::default());
-        let mut stats = RewriteStats::default();
-        for name in ["FixedWork", "Split3", "Deep", "ThreadSplit"] {
-            let data = harness_class(name);
-            let mut out = Vec::new();
-            assert!(rw.rewrite_class(&data, &mut out, &mut stats).unwrap(), "{name} unchanged");
-            let c = ClassFile::parse(&out).unwrap();
-            assert_eq!(c.methods.len(), ClassFile::parse(&data).unwrap().methods.len());
+        for callsites in [false, true] {
+            let table = Arc::new(MethodTable::new());
+            let config = BytecodeConfig { callsites, thread_fields: callsites, ..BytecodeConfig::default() };
+            let transform = BytecodeTransform::new(config, Arc::clone(&table));
+            let mut rw = Rewriter::with_transform(Box::new(transform), SkipPolicy::agent(), EditLimits::default());
+            let mut stats = RewriteStats::default();
+            for name in ["FixedWork", "Split3", "Deep", "ThreadSplit"] {
+                let data = harness_class(name);
+                let mut out = Vec::new();
+                assert!(rw.rewrite_class(&data, &mut out, &mut stats).unwrap(), "{name} unchanged");
+                let c = ClassFile::parse(&out).unwrap();
+                assert_eq!(c.methods.len(), ClassFile::parse(&data).unwrap().methods.len());
+            }
+            assert_eq!(stats.left_alone_total(), 0, "{:?}", stats.left_alone);
+            assert!(table.len() as u64 >= stats.methods_rewritten);
+            assert!((0..table.len() as u32).any(|i| table.name(i).unwrap().name == "fib"));
+            assert_eq!(table.site_of(0).is_some(), callsites);
         }
-        assert_eq!(stats.left_alone_total(), 0, "{:?}", stats.left_alone);
-        assert!(table.len() as u64 >= stats.methods_rewritten);
-        assert!((0..table.len() as u32).any(|i| table.name(i).unwrap().name == "fib"));
     }
 }

@@ -24,6 +24,8 @@ pub struct BlockInfo {
     pub entered: bool,
     /// Bytecode mode places a granularity check here.
     pub check: bool,
+    /// Bytecodes counted since the last check when the block starts (along the longest forward path).
+    pub entering: u32,
     /// Where the block's counting code goes: its start, except in a handler that its own exception range
     /// covers (javac's `synchronized` and `finally` handlers: `astore; aload; monitorexit` under a range
     /// that targets the handler itself). There the code goes at the end of that range: C1 will not
@@ -135,6 +137,7 @@ impl Flow {
             let info = &mut self.info[i];
             info.check = info.calls || info.terminates || info.loop_header;
             let entering = preds[i].iter().map(|&p| run[p as usize]).max().unwrap_or(0);
+            info.entering = entering;
             let insns = self.blocks[i].insns;
             if !info.check && entering.saturating_add(insns) > max_path {
                 info.check = true;

@@ -47,6 +47,9 @@ struct Inner {
     ids: HashMap<MethodKey, Vec<u32>>,
     names: Vec<MethodName>,
     blocks: Vec<Option<Arc<MethodBlocks>>>,
+    /// Call sites by id: (method id, bci of the call).
+    sites: Vec<(u32, u32)>,
+    site_ids: HashMap<(u32, u32), u32>,
 }
 
 /// The table of method ids.
@@ -111,6 +114,23 @@ impl MethodTable {
         id
     }
 
+    /// The id of the call at `bci` in method `method` (bytecode mode's stack entries with callsite=on).
+    pub fn site(&self, method: u32, bci: u32) -> u32 {
+        let mut inner = self.lock();
+        if let Some(&id) = inner.site_ids.get(&(method, bci)) {
+            return id;
+        }
+        let id = inner.sites.len() as u32;
+        inner.sites.push((method, bci));
+        inner.site_ids.insert((method, bci), id);
+        id
+    }
+
+    /// The method and bci of call site `id`.
+    pub fn site_of(&self, id: u32) -> Option<(u32, u32)> {
+        self.lock().sites.get(id as usize).copied()
+    }
+
     /// The name behind `id`.
     pub fn name(&self, id: u32) -> Option<MethodName> {
         self.lock().names.get(id as usize).cloned()
@@ -147,6 +167,18 @@ mod tests {
         let n = t.native_id(b"a/B", b"f", b"()V");
         assert_ne!(n, a);
         assert!(t.name(n).unwrap().native);
+    }
+
+    #[test]
+    fn site_ids_are_dense_and_name_their_call() {
+        let t = MethodTable::new();
+        let m = t.id(b"a/B", b"f", b"()V");
+        let s0 = t.site(m, 4);
+        let s1 = t.site(m, 9);
+        assert_eq!((s0, s1), (0, 1));
+        assert_eq!(t.site(m, 4), s0);
+        assert_eq!(t.site_of(s1), Some((m, 9)));
+        assert_eq!(t.site_of(2), None);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 
 pub mod bytecode;
 pub mod exact;
+pub mod thread_fields;
 
 use crate::agent::control::private_dir;
 use crate::cct::Cct;
@@ -77,6 +78,8 @@ pub struct RewritingEngine {
     /// Methods rewritten and left alone, by reason.
     pub rewrite_stats: Mutex<RewriteStats>,
     pub bytecode: bytecode::BytecodeStats,
+    /// Bytecode mode's per-thread blocks and the drain that takes their samples into the CCT.
+    pub rings: bytecode::Rings,
     pub exact: exact::ExactStore,
     runtime: OnceLock<Runtime>,
     /// Named modules already made to read the runtime's module: (name, identity hash).
@@ -152,6 +155,7 @@ impl RewritingEngine {
             stats: ClassStats::default(),
             rewrite_stats: Mutex::new(RewriteStats::default()),
             bytecode: bytecode::BytecodeStats::default(),
+            rings: bytecode::Rings::default(),
             exact: exact::ExactStore::default(),
             runtime: OnceLock::new(),
             modules: Mutex::new(HashSet::new()),
@@ -237,7 +241,12 @@ impl RewritingEngine {
                 Box::new(ExactTransform::new(c, Arc::clone(&self.methods)))
             }
             _ => {
-                let c = BytecodeConfig { max_path: o.maxpath, callsites: o.callsite, leaf_optimization: true };
+                let c = BytecodeConfig {
+                    max_path: o.maxpath,
+                    callsites: o.callsite,
+                    leaf_optimization: true,
+                    thread_fields: thread_fields::added(),
+                };
                 Box::new(BytecodeTransform::new(c, Arc::clone(&self.methods)))
             }
         };
@@ -285,7 +294,23 @@ impl RewritingEngine {
                 self.exact.reset(options.bb);
                 rt.exact.init(jni, options.threads)?
             }
-            _ => rt.bc.init(jni, options)?,
+            _ => {
+                bytecode::reset(self);
+                let fields = thread_fields::added();
+                rt.bc.init(jni, options, fields)?;
+                if fields {
+                    // Threads already running get their state before any of their code is rewritten.
+                    if let Ok(threads) = self.jvmti.all_threads() {
+                        for &t in threads.as_slice() {
+                            rt.bc.adopt(jni, t);
+                            jni.delete_local_ref(t);
+                        }
+                    }
+                }
+                if let Some(me) = RewritingEngine::get() {
+                    me.rings.start_drain(me);
+                }
+            }
         }
         self.rewriting.store(true, Ordering::Release);
         self.fix_class_hashes(jni);
@@ -308,11 +333,25 @@ impl RewritingEngine {
     }
 
     fn load_runtime(&self, jni: Jni) -> Result<Runtime, String> {
-        let bc = bytecode::BcRuntime::load(jni)?;
-        let exact = exact::ExactRuntime::load(jni)?;
-        let module_local = jni.module_of(bc.class);
+        // The runtime's module (the boot loader's unnamed module), from a class whose initialisation needs
+        // nothing: Bc's needs jdk.internal.misc.Unsafe, which java.base must export to it first. The helpers
+        // write the reified stack with Unsafe (raw memory: no application array aliases it, so the JIT keeps
+        // the application's loads across the store).
+        let state = jni
+            .find_class(&format!("{RUNTIME_PREFIX}T"))
+            .ok_or("the runtime class kprof/runtime/T cannot be loaded")?;
+        let module_local = jni.module_of(state);
+        jni.delete_local_ref(state);
         let module = jni.new_global_ref(module_local);
         jni.delete_local_ref(module_local);
+        let object = jni.find_class("java/lang/Object").ok_or("java.lang.Object not found")?;
+        let base = jni.module_of(object);
+        jni.delete_local_ref(object);
+        let exported = self.jvmti.add_module_exports(base, "jdk.internal.misc", module);
+        jni.delete_local_ref(base);
+        exported.map_err(|e| format!("AddModuleExports(java.base, jdk.internal.misc): {e}"))?;
+        let bc = bytecode::BcRuntime::load(jni)?;
+        let exact = exact::ExactRuntime::load(jni)?;
         let module_class = jni.find_class("java/lang/Module").ok_or("java.lang.Module not found")?;
         let module_name = jni.field_id(module_class, "name", "Ljava/lang/String;").ok_or("Module.name not found")?;
         jni.delete_local_ref(module_class);
@@ -387,13 +426,20 @@ impl RewritingEngine {
         }
     }
 
-    /// ThreadEnd, on the ending thread: bytecode mode forgets its state (its count is kept); exact mode
-    /// merges its tree into the CCT.
+    /// ThreadStart (and VirtualThreadStart), on the new thread: bytecode mode gives it its state.
+    pub fn thread_started(&self, jni: Jni) {
+        if let (Some(rt), true, Mode::Bytecode) = (self.runtime.get(), self.is_active(), self.mode()) {
+            rt.bc.started(jni);
+        }
+    }
+
+    /// ThreadEnd (and VirtualThreadEnd), on the ending thread: bytecode mode keeps its count and drains and
+    /// frees its block; exact mode merges its tree into the CCT.
     pub fn thread_ended(&self, jni: Jni) {
         if let Some(rt) = self.runtime.get() {
             match self.mode() {
                 Mode::Exact => rt.exact.thread_ended(jni),
-                _ => rt.bc.thread_ended(jni),
+                _ => rt.bc.finish(jni),
             }
         }
     }
@@ -408,8 +454,12 @@ impl RewritingEngine {
 
     /// Before the profile is written while the session runs: exact mode merges every live thread's tree.
     pub fn before_write(&self, jni: Jni) {
-        if let (Some(rt), true, Mode::Exact) = (self.runtime.get(), self.is_active(), self.mode()) {
-            rt.exact.merge_all(jni);
+        match (self.runtime.get(), self.is_active(), self.mode()) {
+            (Some(rt), true, Mode::Exact) => rt.exact.merge_all(jni),
+            (_, _, Mode::Bytecode) => {
+                self.rings.drain_all(self);
+            }
+            _ => {}
         }
     }
 
@@ -420,7 +470,10 @@ impl RewritingEngine {
         if let Some(rt) = self.runtime.get() {
             match self.mode() {
                 Mode::Exact => rt.exact.disable(jni),
-                _ => rt.bc.disable(jni),
+                _ => {
+                    rt.bc.disable(jni);
+                    self.rings.drain_all(self);
+                }
             }
         }
         self.rewriting.store(false, Ordering::Release);

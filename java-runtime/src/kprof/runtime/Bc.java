@@ -1,345 +1,412 @@
 package kprof.runtime;
 
+import jdk.internal.misc.Unsafe;
 import jdk.internal.vm.annotation.DontInline;
 import jdk.internal.vm.annotation.ForceInline;
 
 /**
- * The helpers that bytecode-mode rewriting calls (Komorium's bytecode-count sampling, on a native agent).
- * A rewritten method does, in this order:
+ * The helpers that bytecode-mode rewriting calls (Komorium's bytecode-count sampling, on a native agent), with
+ * the thread's state in fields of java.lang.Thread (see {@link T}); {@link Bt} has the same helpers for a JVM
+ * the agent attached to. A rewritten method does, with D its depth and C its count (new int locals):
  *
  * <pre>
- *   prologue:             ldc ID; ldc N; invokestatic Bc.enter(II)T (or enterCheck); astore T;
- *                         aload T; getfield T.sp; iconst_m1; iadd; istore D
- *   each basic block:     aload T; ldc N; invokestatic Bc.count(TI)V
- *                     or  aload T; iload D; ldc N; invokestatic Bc.check(TII)V    (count, then sample when due)
- *   exception handlers:   aload T; iload D; invokestatic Bc.handler(TI)V         (before the block's helper)
- *   before each call:     aload T; ldc BCI; putfield T.site                       (with callsite=on)
- *   before each return:   aload T; iload D; putfield T.sp
- *                         (a returning block without calls uses countExit/checkExit at its start instead)
- *   leaf methods:         ldc N; invokestatic Bc.enterLeaf(I)T (or enterLeafCheck(II)T with ID); astore T;
- *                         Bc.count(TI)V or Bc.checkLeaf(TII)V (with ID) in blocks; nothing at returns
+ *   prologue:             ldc ID; invokestatic Bc.enter(I)I; istore D        (not in leaf methods)
+ *                         ldc -N; istore C             (N: the first block's bytecodes when it runs once, else 0)
+ *   each basic block:     iinc C, -N
+ *   granularity checks:   iload D; iload C; ldc ID; invokestatic Bc.check(III)I; istore C
+ *                         (blocks that call or head a loop, and where a path would pass MaxPath unchecked;
+ *                         leaf methods: Bc.leafCheck(II)I)
+ *   before each call:     iload D; ldc SITE; invokestatic Bc.site(II)V       (callsite=on)
+ *   returns and throws:   iload D; iload C; ldc ID; invokestatic Bc.exit(III)V   (leaf: Bc.leafExit(II)V)
+ *   exception handlers:   iload D; invokestatic Bc.handler(I)V
+ *   one-block leaves:     ldc -N; ldc ID; invokestatic Bc.leafExit(II)V before each return (no locals)
  *   intrinsic candidates: not counted; invokestatic Bc.mute()V before and Bc.unmute()V after each call
  * </pre>
  *
- * (The one-line helpers are field accesses, which the interpreter runs much faster than calls. The first
- * field access of a class resolves T through the class's loader; {@code enter} has already moved the
- * depth, so a loadClass that runs then nests under this invocation.)
+ * <p>Counting: a block's bytecodes go to the local C; a check commits C to the thread's counter (the
+ * bytecodes left before the next sample) once it holds MaxPath bytecodes, an exit always. A commit that
+ * takes the counter to zero or below records a sample: the first D entries of the reified stack, the method
+ * and the bytecodes counted since the thread's previous sample (Komorium: a sample stands for the period
+ * before it). Checks sit where Komorium §5.2 puts them, and every call and exit commits what the method
+ * counted, so a sample's context is always the context its bytecodes were counted in.
  *
- * where ID is the method's id, N a block's bytecode count (the prologue counts the first block when
- * nothing jumps back to it), BCI the call's offset in the original method, T and D new locals (the
- * thread's state and this invocation's depth in the reified stack). The depth is kept without
- * instrumenting exceptional exits: {@code enter} takes the depth {@code sp} the caller left and leaves
- * {@code sp = D + 1} for callees; a normal return restores {@code sp = D}; an exception handler
- * re-asserts {@code sp = D + 1} for the frame that caught the exception. Leaf methods never move it.
+ * <p>The reified stack is kept by the callee: {@code enter} writes the method's id at the depth the caller
+ * left and leaves depth D + 1 for callees; a return restores D; an exception handler re-asserts D + 1, so
+ * exceptions cannot leave it wrong. With callsite=on each call first writes its site over the entry. Leaf
+ * methods (no calls) never move it.
  *
- * <p>Everything here is leaf code: no allocation or JDK calls on the fast paths, nothing that can
- * recurse into rewritten code (the JDK classes it touches, Thread and System, are never rewritten).
- * Fast paths are {@code @ForceInline}, honoured for boot-class-path classes; slow paths are
- * {@code @DontInline}. While profiling is off, every thread gets {@link #OFF}, a shared state that never
- * samples.
+ * <p>What the JIT makes of this decides the overhead (docs/BENCHMARKS.md has the measurements): the fast
+ * paths touch only Thread fields and native memory (no Java array: no aliasing of the application's arrays;
+ * no reference: no GC barrier), hold no object in a local across the method, and no call; the sample itself
+ * is a call on a branch taken once per period. Everything here is leaf code: no allocation, no JDK calls
+ * that could be rewritten.
  */
 public final class Bc {
-    /** Set by the agent once the runtime is ready; cleared when profiling stops. */
-    static volatile boolean enabled;
+    static final Unsafe U = Unsafe.getUnsafe();
+
+    /** A check commits once the local count is this far below zero: -MaxPath (a huge bound without one,
+     *  so that a local count never overflows). */
+    static int limit = -50;
     static int gran = 10_000;
     static int rand = 100;
     static boolean threadRoots;
-    /** The state of threads while profiling is off. */
-    static final T OFF = new T(0, 2);
+    /** Entries of a thread's reified stack (the depth option). */
+    static int depth = 2048;
+    static int ringBytes = 1 << 20;
+    /** The agent added kprof's fields to java.lang.Thread: rewritten code uses Bc; otherwise Bt. */
+    static boolean fields;
+    /** Profiling is on (new threads get a state). */
+    static volatile boolean enabled;
 
-    private static final int BUCKETS = 1 << 12;
-    /** Per-thread states, hashed by thread id, chained through {@link T#next}; written under LOCK. */
-    private static final T[] TABLE = new T[BUCKETS];
     private static final Object LOCK = new Object();
+    /** States of the live threads (for {@link #residual} and {@link #disable}); written under LOCK. */
+    private static T[] live = new T[64];
+    private static int liveCount;
     /** Bytecodes counted by threads that have ended, since their last sample. */
     private static long endedResidual;
-    private static final int INITIAL_DEPTH = 64;
 
     private Bc() {}
 
-    /** This method (and the callsite its caller recorded) at the depth the caller left. */
+    // ---- what rewritten code calls -----------------------------------------------------------------
+
+    /** Prologue of a method that calls: pushes its id; returns its depth. */
     @ForceInline
-    static T push(int method) {
-        T t = current();
-        if (t == OFF) {
-            return OFF;
+    public static int enter(int id) {
+        Thread ct = Thread.currentThread();
+        int d = ct.kprof$sp;
+        ct.kprof$sp = d + 1;
+        if (d >= 0 && d < ct.kprof$cap) {
+            U.putInt(ct.kprof$st + ((long) d << 2), id);
         }
-        int d = t.sp;
-        if (d == t.muteArm) {
-            return OFF;
-        }
-        if (d + 1 >= t.frames.length) {
-            t.grow(d + 1);
-        }
-        t.frames[d] = T.frame(method, t.site);
-        t.sp = d + 1;
-        return t;
+        return d;
     }
 
-    /** Prologue; also counts the first block's {@code n} bytecodes (0 when it is counted on its own). */
+    /** Before a call (callsite=on): the entry at depth {@code d} names the call's site. */
     @ForceInline
-    public static T enter(int method, int n) {
-        T t = push(method);
-        t.counter -= n;
-        return t;
-    }
-
-    /** Prologue whose first block has a granularity check. */
-    @ForceInline
-    public static T enterCheck(int method, int n) {
-        T t = push(method);
-        int c = t.counter - n;
-        t.counter = c;
-        if (c <= 0) {
-            sample(t, t.sp - 1);
-        }
-        return t;
-    }
-
-    /** Prologue of a leaf method (one that calls nothing): the thread's state; the method names itself
-     *  only when it samples (Komorium §5.1). Counts the first block's {@code n} bytecodes. */
-    @ForceInline
-    public static T enterLeaf(int n) {
-        T t = current();
-        if (t == OFF || t.sp == t.muteArm) {
-            return OFF;
-        }
-        t.counter -= n;
-        return t;
-    }
-
-    /** {@link #enterLeaf} whose first block has a granularity check. */
-    @ForceInline
-    public static T enterLeafCheck(int n, int method) {
-        T t = current();
-        if (t == OFF || t.sp == t.muteArm) {
-            return OFF;
-        }
-        int c = t.counter - n;
-        t.counter = c;
-        if (c <= 0) {
-            sampleLeaf(t, method);
-        }
-        return t;
-    }
-
-    /** A basic block of {@code n} bytecodes that needs no granularity check. */
-    @ForceInline
-    public static void count(T t, int n) {
-        t.counter -= n;
-    }
-
-    /** A basic block of {@code n} bytecodes with the granularity check: samples when the count is due. */
-    @ForceInline
-    public static void check(T t, int d, int n) {
-        int c = t.counter - n;
-        t.counter = c;
-        if (c <= 0) {
-            sample(t, d);
+    public static void site(int d, int site) {
+        Thread ct = Thread.currentThread();
+        if (d >= 0 && d < ct.kprof$cap) {
+            U.putInt(ct.kprof$st + ((long) d << 2), site);
         }
     }
 
-    /** {@link #check} in leaf method {@code method}, which names itself only when it samples. */
+    /** A granularity check in a method at depth {@code d}: once the invocation has counted MaxPath bytecodes
+     *  since it last committed, commits them (and samples when the period is over). Returns the new C. */
     @ForceInline
-    public static void checkLeaf(T t, int n, int method) {
-        int c = t.counter - n;
-        t.counter = c;
-        if (c <= 0) {
-            sampleLeaf(t, method);
+    public static int check(int d, int c, int id) {
+        if (c > limit) {
+            return c;
+        }
+        Thread ct = Thread.currentThread();
+        int x = ct.kprof$c + c;
+        if (x <= 0) {
+            x = sample(ct, x, d, id);
+        }
+        ct.kprof$c = x;
+        return 0;
+    }
+
+    /** A return or throw of a method at depth {@code d}: pops it, commits and checks. */
+    @ForceInline
+    public static void exit(int d, int c, int id) {
+        Thread ct = Thread.currentThread();
+        ct.kprof$sp = d;
+        int x = ct.kprof$c + c;
+        if (x <= 0) {
+            x = sample(ct, x, d, id);
+        }
+        ct.kprof$c = x;
+    }
+
+    /** A granularity check in a leaf method (which is not on the stack: its depth is {@code sp}). */
+    @ForceInline
+    public static int leafCheck(int c, int id) {
+        if (c > limit) {
+            return c;
+        }
+        Thread ct = Thread.currentThread();
+        int x = ct.kprof$c + c;
+        if (x <= 0) {
+            x = sample(ct, x, ct.kprof$sp, id);
+        }
+        ct.kprof$c = x;
+        return 0;
+    }
+
+    /** A return or throw of a leaf method. */
+    @ForceInline
+    public static void leafExit(int c, int id) {
+        Thread ct = Thread.currentThread();
+        int x = ct.kprof$c + c;
+        if (x <= 0) {
+            x = sample(ct, x, ct.kprof$sp, id);
+        }
+        ct.kprof$c = x;
+    }
+
+    /** At an exception handler of a method at depth {@code d}: callees take depth {@code d + 1} again,
+     *  whatever depth the frames the exception unwound left behind, and no mute bracket stays open. */
+    @ForceInline
+    public static void handler(int d) {
+        Thread ct = Thread.currentThread();
+        ct.kprof$sp = d + 1;
+        T t = ct.kprof$t;
+        if (t != null && t.mute != 0) {
+            t.mute = 0;
+            ct.kprof$c = t.saved;
         }
     }
 
-    /** A block that returns and calls nothing: counted, and the depth restored for the caller. */
-    @ForceInline
-    public static void countExit(T t, int d, int n) {
-        t.counter -= n;
-        t.sp = d;
-    }
-
-    /** {@link #countExit} with the granularity check. */
-    @ForceInline
-    public static void checkExit(T t, int d, int n) {
-        int c = t.counter - n;
-        t.counter = c;
-        if (c <= 0) {
-            sample(t, d);
-        }
-        t.sp = d;
-    }
-
-    /** At an exception handler: callees of this frame take depth {@code d + 1} again, whatever depth the
-     *  frames the exception unwound left behind. */
-    @ForceInline
-    public static void handler(T t, int d) {
-        t.sp = d + 1;
-        t.muteNest = 0;
-        t.muteArm = -1;
-    }
-
-    /** Before a call in an intrinsic candidate (a JDK method the JIT may replace by intrinsic code):
-     *  the callee, and everything it calls, counts nothing, as it would not run at all once the
-     *  intrinsic is in use. So the counts do not depend on when the JIT compiled the caller. */
+    /** Before a call in an intrinsic candidate (a JDK method the JIT may replace by intrinsic code): the
+     *  callee, and everything it calls, counts nothing, as it would not run at all once the intrinsic is in
+     *  use, so counts do not depend on when the JIT compiled the caller. The counter is parked out of reach
+     *  and restored after the call: what the callees count is dropped. */
     @ForceInline
     public static void mute() {
-        T t = current();
-        if (t.muteNest++ == 0) {
-            t.muteArm = t.sp;
+        Thread ct = Thread.currentThread();
+        T t = ct.kprof$t;
+        if (t != null && t.mute++ == 0) {
+            t.saved = ct.kprof$c;
+            ct.kprof$c = Integer.MAX_VALUE;
         }
     }
 
     /** After that call returns. */
     @ForceInline
     public static void unmute() {
-        T t = current();
-        if (t.muteNest > 0 && --t.muteNest == 0) {
-            t.muteArm = -1;
+        Thread ct = Thread.currentThread();
+        T t = ct.kprof$t;
+        if (t != null && t.mute > 0 && --t.mute == 0) {
+            ct.kprof$c = t.saved;
         }
     }
 
+    /** The counter reached {@code x <= 0}: records the context (the first {@code n} stack entries and
+     *  {@code leaf}) and returns the next period. A call (see the class comment): it runs once per period. */
     @DontInline
-    static void sampleLeaf(T t, int method) {
-        int d = t.sp;
-        if (t != OFF && d >= 0) {
-            if (d + 1 >= t.frames.length) {
-                t.grow(d + 1);
-            }
-            t.frames[d] = T.frame(method, t.site);
+    static int sample(Thread ct, int x, int n, int leaf) {
+        T t = ct.kprof$t;
+        if (t == null || !t.on) {
+            // Not profiled (no state, or profiling stopped): count on without recording.
+            return Integer.MAX_VALUE;
         }
-        sample(t, d);
+        return next(t, x, n, leaf, ct.kprof$st, ct.kprof$cap);
     }
 
-    @ForceInline
-    static T current() {
-        long id = Thread.currentThread().getId();
-        T t = TABLE[(int) id & (BUCKETS - 1)];
-        if (t != null && t.tid == id) {
-            return t;
-        }
-        return lookup(id);
-    }
+    // ---- the sample, for both flavours ------------------------------------------------------------
 
-    /** The state of thread {@code id}, created on its first rewritten invocation; moved to its bucket's head. */
-    @DontInline
-    static T lookup(long id) {
-        if (!enabled) {
-            return OFF;
-        }
-        synchronized (LOCK) {
-            int b = (int) id & (BUCKETS - 1);
-            T prev = null;
-            T t = TABLE[b];
-            while (t != null && t.tid != id) {
-                prev = t;
-                t = t.next;
-            }
-            if (t == null) {
-                t = new T(id, INITIAL_DEPTH);
-                t.period = gran + t.nextRandom(rand);
-                t.counter = t.period;
-                if (threadRoots) {
-                    t.root = threadRoot(Thread.currentThread().getName());
-                }
-                t.next = TABLE[b];
-            } else if (prev != null) {
-                prev.next = t.next;
-                t.next = TABLE[b];
-            } else {
-                return t;
-            }
-            // T.tid is final, so a thread that reads this slot without the lock sees it set.
-            TABLE[b] = t;
-            return t;
-        }
-    }
-
-    /** The sample: the reified stack up to depth {@code d} goes to the CCT, resuming from the deepest
-     *  entry the previous sample of this thread already resolved (Komorium's path cache). */
-    @DontInline
-    static void sample(T t, int d) {
-        if (t == OFF) {
-            t.counter = Integer.MAX_VALUE;
-            return;
-        }
-        long weight = (long) t.period - t.counter;
+    /** Records a sample and starts the next period, which it returns. */
+    static int next(T t, int x, int n, int leaf, long stack, int cap) {
+        long weight = (long) t.period - x;
         int p = gran + t.nextRandom(rand);
         t.period = p;
-        t.counter = p;
-        long[] f = t.frames;
-        if (d < 0 || d >= f.length) {
-            return;
-        }
-        if (t.cacheFrames.length <= d) {
-            t.growCache();
-        }
-        long[] cf = t.cacheFrames;
-        int limit = t.cacheLength < d + 1 ? t.cacheLength : d + 1;
-        int k = 0;
-        while (k < limit && cf[k] == f[k]) {
-            k++;
-        }
-        System.arraycopy(f, k, cf, k, d + 1 - k);
-        t.cacheLength = d + 1;
-        deliver(t.cacheNodes, cf, k, d, weight, t.root);
+        record(t, stack, cap, n, leaf, weight);
+        return p;
     }
 
-    /** Called by the agent when a thread ends (on that thread): forgets its state, keeps its count. */
-    static void threadEnded() {
-        long id = Thread.currentThread().getId();
+    /**
+     * Appends one record to the thread's ring: {@code k, n, depth, leaf, weight (2 ints)} and entries
+     * {@code k..n-1} of the stack, where entries below {@code k} are those of the previous record (the agent
+     * resumes its walk of the tree there: Komorium's path cache), {@code n} the entries recorded and
+     * {@code depth} the true depth (more than {@code n} when the stack was deeper than its capacity). The words
+     * go in order, then the published offset: the agent reads a record only once it is published. A full ring
+     * drops the sample and counts it.
+     */
+    private static void record(T t, long st, int cap, int depth, int leaf, long weight) {
+        int n = depth < 0 ? 0 : depth < cap ? depth : cap;
+        long cache = st + ((long) t.alloc << 2);
+        int lim = t.cached < n ? t.cached : n;
+        int k = 0;
+        while (k < lim && U.getInt(st + ((long) k << 2)) == U.getInt(cache + ((long) k << 2))) {
+            k++;
+        }
+        long hdr = t.hdr;
+        int mask = t.mask;
+        int w = t.w;
+        int bytes = (6 + n - k) << 2;
+        if (w - U.getInt(hdr + 64) + bytes > mask + 1) {
+            U.putInt(hdr + 4, ++t.dropped);
+            // The bytecodes it stood for still count in the estimated total.
+            U.putLong(hdr + 8, U.getLong(hdr + 8) + weight);
+            return;
+        }
+        long ring = t.ring;
+        U.putInt(ring + (w & mask), k);
+        U.putInt(ring + ((w + 4) & mask), n);
+        U.putInt(ring + ((w + 8) & mask), depth);
+        U.putInt(ring + ((w + 12) & mask), leaf);
+        U.putInt(ring + ((w + 16) & mask), (int) weight);
+        U.putInt(ring + ((w + 20) & mask), (int) (weight >>> 32));
+        w += 24;
+        for (int i = k; i < n; i++) {
+            int e = U.getInt(st + ((long) i << 2));
+            U.putInt(cache + ((long) i << 2), e);
+            U.putInt(ring + (w & mask), e);
+            w += 4;
+        }
+        t.cached = n;
+        t.w = w;
+        // Raw stores stay in program order (one memory slice for the JIT, TSO for the processor), so the
+        // agent that sees this offset sees the record.
+        U.putInt(hdr, w);
+    }
+
+    // ---- what the agent calls (JNI) ----------------------------------------------------------------
+
+    /** A state with its block for {@code th}. Null if the agent could not allocate one. */
+    static T create(Thread th) {
+        int root = threadRoots ? threadRoot(th.getName()) : 0;
+        long hdr = block(depth, ringBytes, root);
+        if (hdr == 0) {
+            return null;
+        }
+        T t = new T(th, th.getId());
+        t.hdr = hdr;
+        t.alloc = depth;
+        t.stack = hdr + 128;
+        t.ring = hdr + 128 + 8L * depth;
+        t.mask = ringBytes - 1;
+        t.period = gran + t.nextRandom(rand);
+        t.c = t.period;
+        t.cap = depth;
+        t.on = true;
         synchronized (LOCK) {
-            int b = (int) id & (BUCKETS - 1);
-            T prev = null;
-            for (T t = TABLE[b]; t != null; prev = t, t = t.next) {
-                if (t.tid == id) {
-                    endedResidual += (long) t.period - t.counter;
-                    if (prev == null) {
-                        TABLE[b] = t.next;
-                    } else {
-                        prev.next = t.next;
-                    }
-                    return;
+            if (liveCount == live.length) {
+                T[] a = new T[live.length * 2];
+                System.arraycopy(live, 0, a, 0, liveCount);
+                live = a;
+            }
+            live[liveCount++] = t;
+        }
+        return t;
+    }
+
+    /** Gives {@code th} its state in its Thread fields (the fields flavour). */
+    private static void install(Thread th) {
+        if (th.kprof$t != null) {
+            return;
+        }
+        T t = create(th);
+        if (t != null) {
+            th.kprof$st = t.stack;
+            th.kprof$c = t.c;
+            th.kprof$cap = t.cap;
+            // Last: the sample path reads the state through it.
+            th.kprof$t = t;
+        }
+    }
+
+    /** Called by the agent when profiling starts. */
+    static void init(int granularity, int randomRange, boolean perThreadRoots, int stackDepth, int ring,
+            boolean threadFields, int maxPath) {
+        limit = maxPath > 0 ? -maxPath : -(1 << 30);
+        gran = granularity;
+        rand = randomRange;
+        threadRoots = perThreadRoots;
+        depth = stackDepth;
+        ringBytes = ring;
+        fields = threadFields;
+        synchronized (LOCK) {
+            endedResidual = 0;
+            // A session after a stopped one: the live threads count again, from a fresh period.
+            for (int i = 0; i < liveCount; i++) {
+                T t = live[i];
+                t.cached = 0;
+                t.period = gran + t.nextRandom(rand);
+                t.c = t.period;
+                t.cap = Math.min(depth, t.alloc);
+                t.on = true;
+                if (fields) {
+                    t.owner.kprof$c = t.c;
+                    t.owner.kprof$cap = t.cap;
                 }
             }
         }
+        enabled = true;
+    }
+
+    /** ThreadStart (or VirtualThreadStart), on the new thread. Without Thread fields, states are made on first
+     *  use instead ({@link Bt}). */
+    static void started() {
+        if (enabled && fields) {
+            install(Thread.currentThread());
+        }
+    }
+
+    /** At start, for a thread that was running before (none of its rewritten code has run yet). */
+    static void adopt(Thread th) {
+        if (enabled && fields) {
+            install(th);
+        }
+    }
+
+    /** Called by the agent when a thread ends, on that thread: keeps its count and releases its block. */
+    static void finish() {
+        Thread th = Thread.currentThread();
+        T t = null;
+        synchronized (LOCK) {
+            for (int i = 0; i < liveCount; i++) {
+                if (live[i].owner == th) {
+                    t = live[i];
+                    live[i] = live[--liveCount];
+                    live[liveCount] = null;
+                    break;
+                }
+            }
+            if (t == null) {
+                return;
+            }
+            if (t.on) {
+                endedResidual += (long) t.period - (fields ? th.kprof$c : t.c);
+            }
+            Bt.forget(t);
+        }
+        // This thread is the block's only writer: after this it writes nothing there, and the agent drains it.
+        t.on = false;
+        t.cap = 0;
+        if (fields) {
+            th.kprof$cap = 0;
+            th.kprof$t = null;
+        }
+        release(t.hdr);
     }
 
     /** Bytecodes counted since each thread's last sample, over all threads, ended ones included. */
     static long residual() {
         synchronized (LOCK) {
             long sum = endedResidual;
-            for (T head : TABLE) {
-                for (T t = head; t != null; t = t.next) {
-                    sum += (long) t.period - t.counter;
+            for (int i = 0; i < liveCount; i++) {
+                T t = live[i];
+                if (t.on) {
+                    sum += (long) t.period - (fields ? t.owner.kprof$c : t.c);
                 }
             }
             return sum;
         }
     }
 
-    /** Called by the agent when everything is in place. */
-    static void init(int granularity, int randomRange, boolean perThreadRoots) {
-        gran = granularity;
-        rand = randomRange;
-        threadRoots = perThreadRoots;
-        enabled = true;
-    }
-
-    /** Called by the agent when profiling stops: rewritten code keeps running but counts nothing. */
+    /** Called by the agent when profiling stops: rewritten code keeps running but records nothing. Blocks
+     *  stay (frames still running may write their stack entries) until their threads end. */
     static void disable() {
         enabled = false;
         synchronized (LOCK) {
-            for (int b = 0; b < BUCKETS; b++) {
-                for (T t = TABLE[b]; t != null; t = t.next) {
-                    endedResidual += (long) t.period - t.counter;
+            for (int i = 0; i < liveCount; i++) {
+                T t = live[i];
+                t.on = false;
+                t.cap = 0;
+                if (fields) {
+                    t.owner.kprof$cap = 0;
                 }
-                TABLE[b] = null;
             }
         }
     }
 
-    /** Adds a sample of {@code weight} bytecodes: walks (or extends) the CCT from {@code nodes[from - 1]}
-     *  (or the thread's root) along {@code frames[from..to]} (see {@link T#frames}), storing each node in
-     *  {@code nodes}. */
-    private static native void deliver(int[] nodes, long[] frames, int from, int to, long weight, int root);
+    /** A zeroed native block for a thread: {@code entries} stack entries (twice: the stack and the path
+     *  cache) and a ring of {@code ringBytes}; registered with the agent's drain. 0 if there is no memory. */
+    private static native long block(int entries, int ringBytes, int root);
+
+    /** The thread is done with its block: the agent drains it and frees it. */
+    private static native void release(long hdr);
 
     /** The CCT node of a thread's root ({@code threads=on}). */
     private static native int threadRoot(String name);

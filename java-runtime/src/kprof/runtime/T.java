@@ -1,85 +1,77 @@
 package kprof.runtime;
 
+import jdk.internal.vm.annotation.ForceInline;
+
 /**
- * The per-thread state of rewritten code: the bytecode counter, the reified call stack and the path
- * cache of the last sample. One per Java thread (virtual threads included), found by {@link Bc#enter}.
- * Only its own thread writes it, except {@link Bc#OFF}, a shared dummy whose values are never read.
+ * The per-thread state of bytecode mode. Rewritten code reads and writes its hot part (the counter, the depth,
+ * where the reified stack is) as fields of java.lang.Thread that the agent adds when it starts with the JVM
+ * ({@code Thread.kprof$c}, {@code kprof$sp}, {@code kprof$st}, {@code kprof$cap}): {@code Thread.currentThread()}
+ * is a register read for the JIT, where a reference to this object kept in a local would have to stay live,
+ * and be saved around every call, in every rewritten method. Attached to a running JVM, Thread has no such
+ * fields; the same values then live here ({@link #c}, {@link #sp}, {@link #stack}, {@link #cap}) and rewritten
+ * code finds this object through a table ({@code Bt}). Either way the sample path reads the rest from here.
+ *
+ * <p>The thread's block is native memory the agent allocates ({@code Bc.block}), laid out as
+ * <pre>
+ *   hdr + 0      int  published: ring offset up to which records are complete (written last, by the thread)
+ *   hdr + 4      int  dropped: samples that found the ring full (written by the thread)
+ *   hdr + 8      long the bytecodes those samples stood for (written by the thread)
+ *   hdr + 64     int  consumed: ring offset up to which the agent has read (written by the agent)
+ *   hdr + 128    int[alloc] the reified stack: entry d names the invocation at depth d
+ *   ...          int[alloc] the entries of the last recorded sample (its path, for the next one's prefix)
+ *   ...          ring: mask + 1 bytes, a power of two
+ * </pre>
+ * The stack is native memory, written with {@code Unsafe}: a store into a Java {@code int[]} on every call
+ * makes the JIT reload every {@code int[]} element the application keeps in registers across it (that alone
+ * doubled xalan's run time), and a store of a reference would run the GC's write barrier.
  */
 public final class T {
-    /** The owning thread's id ({@code Thread.getId()}); never reused by the JVM. */
-    final long tid;
-    /** Bytecodes left before the next sample; the sample is due when it reaches zero or below. */
-    public int counter;
-    /** The value {@link #counter} started from after the last sample (gran + r). */
-    int period;
-    /** Depth the next invocation takes: the caller's depth plus one. */
+    /** Without Thread fields: bytecodes left before the next sample, and the depth of the next invocation. */
+    public int c;
     public int sp;
-    /** Callsite of the call being made (callsite=on): written by the caller, read by the callee. */
-    public int site;
-    /** Invocations entering at this depth count nothing (calls made by an intrinsic candidate); -1: none. */
-    int muteArm = -1;
-    /** Nesting of {@link Bc#mute} brackets. */
-    int muteNest;
-    /** The reified stack: at each depth, the method id (low 32 bits) and the callsite bci in the caller
-     *  (high 32 bits). One array, so one store and one bounds check per invocation. */
-    long[] frames;
-    /** The path of the last sample and the CCT node of each of its depths. */
-    long[] cacheFrames;
-    int[] cacheNodes;
-    int cacheLength;
-    /** CCT node the samples of this thread hang below. */
-    int root;
-    /** State of the per-thread xorshift generator (fixed seed: profiles are reproducible). */
+    /** Without Thread fields: where the stack is and how many entries it holds (0: record nothing). */
+    public long stack;
+    public int cap;
+
+    /** The period the counter started from (gran + r). */
+    int period;
+    /** State of the xorshift32 generator of r (fixed seed: profiles are reproducible). */
     int random = 0x9E3779B9;
-    /** Next T in the same bucket of {@link Bc}'s table. */
+    /** Entries of the last recorded sample's path that the block's path cache holds. */
+    int cached;
+    /** Entries the block was allocated for. */
+    int alloc;
+    /** Address of the block (its header), of the ring's data, and the ring's size - 1. */
+    long hdr;
+    long ring;
+    int mask;
+    /** Ring offset where the next record goes (wraps modulo 2^32; {@link #mask} addresses the ring). */
+    int w;
+    int dropped;
+    /** Profiling is on for this thread (cleared when it stops, and when the thread ends). */
+    boolean on;
+    /** Nesting of mute brackets, and the counter the outermost one saved. */
+    int mute;
+    int saved;
+    /** The thread this state belongs to, and its id (for the table). */
+    final Thread owner;
+    final long tid;
+    /** Next state in the same bucket of {@code Bt.TABLE}. */
     T next;
 
-    T(long tid, int depth) {
+    T(Thread owner, long tid) {
+        this.owner = owner;
         this.tid = tid;
-        this.frames = new long[depth];
-        this.cacheFrames = new long[depth];
-        this.cacheNodes = new int[depth];
-    }
-
-    /** Makes room for depth {@code d}: called when the reified stack is full (deep recursion). */
-    @jdk.internal.vm.annotation.DontInline
-    void grow(int d) {
-        int n = frames.length;
-        while (n <= d) {
-            n *= 2;
-        }
-        long[] b = new long[n];
-        System.arraycopy(frames, 0, b, 0, frames.length);
-        frames = b;
-    }
-
-    /** Makes the path cache as long as the stack. */
-    void growCache() {
-        int n = frames.length;
-        long[] f = new long[n];
-        System.arraycopy(cacheFrames, 0, f, 0, cacheFrames.length);
-        int[] nodes = new int[n];
-        System.arraycopy(cacheNodes, 0, nodes, 0, cacheNodes.length);
-        cacheFrames = f;
-        cacheNodes = nodes;
-    }
-
-    /** A stack entry. Force-inlined: C1 would otherwise call it from every rewritten prologue. */
-    @jdk.internal.vm.annotation.ForceInline
-    static long frame(int method, int site) {
-        return ((long) site << 32) | (method & 0xffffffffL);
     }
 
     /** The next value in [0, bound) of the thread's generator (xorshift32). */
+    @ForceInline
     int nextRandom(int bound) {
-        if (bound <= 1) {
-            return 0;
-        }
         int x = random;
         x ^= x << 13;
         x ^= x >>> 17;
         x ^= x << 5;
         random = x;
-        return (int) ((x & 0xffffffffL) % bound);
+        return bound <= 1 ? 0 : (int) ((x & 0xffffffffL) % bound);
     }
 }
