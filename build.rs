@@ -33,7 +33,11 @@ fn main() {
     let stub_deps = out.join("thread-stub-deps");
     compile_java_files(
         &jdk,
-        &[runtime_src.join("kprof/runtime/T.java")],
+        &[
+            runtime_src.join("kprof/runtime/T.java"),
+            runtime_src.join("kprof/runtime/ExactState.java"),
+            runtime_src.join("kprof/runtime/ExactNode.java"),
+        ],
         &stub_deps,
         &["--add-exports", "java.base/jdk.internal.vm.annotation=ALL-UNNAMED"],
     );

@@ -324,6 +324,13 @@ fn basic_block_counts_are_what_the_blocks_ran() {
         let plain_c: Vec<Context> = contexts(&plain).into_iter().filter(|c| c.path == branchy).collect();
         assert_eq!(plain_c[0].weight, c.weight, "{}", jdk.label());
         assert!(plain_c[0].blocks.is_empty());
+        // One invocation whose loop runs far more bytecodes than a local count holds before it goes to
+        // the node (bb=off): still the bytecodes its blocks ran, per block count and size (bb=on).
+        let long = path(&["ExactCounts.main", "ExactCounts.longLoop", "ExactCounts.branchy"]);
+        let weight = |p: &Profile| contexts(p).into_iter().find(|c| c.path == long).map(|c| c.weight);
+        let (on, off) = (weight(&p).unwrap(), weight(&plain).unwrap());
+        assert_eq!(on, off, "{}", jdk.label());
+        assert!(on / ROUNDS > 500_000, "{}: {on}", jdk.label());
         // Totals: every context's bytecodes agree between the two runs for the harness's own code.
         let total =
             |cs: &[Context]| cs.iter().filter(|c| c.path[0] == "ExactCounts.main").map(|c| c.weight).sum::<u64>();

@@ -208,9 +208,10 @@ fn on_load(vm: JavaVm, text: Option<&str>) -> Result<(), String> {
     for f in &options.files {
         check_writable(&expand_path(&f.path, std::process::id(), 0, 1));
     }
-    // Bytecode mode only: exact mode keeps its own state, and the early hook this needs makes HotSpot start
-    // without class data sharing (slower start-up, and more JDK start-up code runs and is counted).
-    if options.mode == Mode::Bytecode {
+    // The rewriting modes find each thread's state in fields of java.lang.Thread (thread_fields.rs). The early
+    // hook this needs makes HotSpot start without class data sharing (slower start-up, and more JDK
+    // start-up code runs and is counted); mode=asgct needs none of it.
+    if matches!(options.mode, Mode::Bytecode | Mode::Exact) {
         if let Err(e) = crate::engine::rewriting::thread_fields::install(vm) {
             say(&format!("note: per-thread fields not added to java.lang.Thread ({e}); rewritten code uses a table"));
         }

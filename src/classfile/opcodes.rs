@@ -26,6 +26,7 @@ pub const POP: u8 = 87;
 pub const POP2: u8 = 88;
 pub const DUP: u8 = 89;
 pub const SWAP: u8 = 95;
+pub const IADD: u8 = 96;
 pub const IDIV: u8 = 108;
 pub const LDIV: u8 = 109;
 pub const IREM: u8 = 112;

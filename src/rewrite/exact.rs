@@ -21,6 +21,8 @@ use crate::classfile::opcodes::*;
 use crate::classfile::{ConstantPool, Snippet, VType};
 
 pub const RUNTIME_CLASS: &str = "kprof/runtime/Exact";
+/// The helpers that find the thread's state, when java.lang.Thread has kprof's fields.
+pub const FIELDS_RUNTIME_CLASS: &str = "kprof/runtime/Ef";
 pub const STATE_CLASS: &str = "kprof/runtime/ExactState";
 pub const NODE_CLASS: &str = "kprof/runtime/ExactNode";
 
@@ -33,11 +35,13 @@ pub struct ExactConfig {
     pub callsites: bool,
     /// A counter per basic block and context (`bb=on`).
     pub blocks: bool,
+    /// java.lang.Thread has kprof's fields: the thread's state is found there rather than in a table.
+    pub thread_fields: bool,
 }
 
 impl Default for ExactConfig {
     fn default() -> Self {
-        ExactConfig { max_path: DEFAULT_MAX_PATH, callsites: true, blocks: false }
+        ExactConfig { max_path: DEFAULT_MAX_PATH, callsites: true, blocks: false, thread_fields: true }
     }
 }
 
@@ -53,6 +57,7 @@ struct Refs {
     count_exit: u16,
     exit: u16,
     handler: u16,
+    spill: u16,
     site_field: u16,
     mute: u16,
     unmute: u16,
@@ -88,15 +93,16 @@ impl ExactTransform {
         let s = "Lkprof/runtime/ExactState;";
         let c = "Lkprof/runtime/ExactNode;";
         let bb = self.config.blocks;
+        let find = if self.config.thread_fields { FIELDS_RUNTIME_CLASS } else { RUNTIME_CLASS };
         let r = Refs {
             state_class: cp.add_class(STATE_CLASS).map_err(full)?,
             node_class: cp.add_class(NODE_CLASS).map_err(full)?,
-            state: cp.add_methodref(RUNTIME_CLASS, "state", &format!("(){s}")).map_err(full)?,
+            state: cp.add_methodref(find, "state", &format!("(){s}")).map_err(full)?,
             enter: cp
                 .add_methodref(RUNTIME_CLASS, if bb { "enterBlocks" } else { "enter" }, &format!("({s}II){c}"))
                 .map_err(full)?,
             enter_leaf: cp
-                .add_methodref(RUNTIME_CLASS, if bb { "enterLeafBlocks" } else { "enterLeaf" }, &format!("(II){c}"))
+                .add_methodref(find, if bb { "enterLeafBlocks" } else { "enterLeaf" }, &format!("(II){c}"))
                 .map_err(full)?,
             count: cp
                 .add_methodref(RUNTIME_CLASS, if bb { "block" } else { "count" }, &format!("({c}I)V"))
@@ -106,9 +112,10 @@ impl ExactTransform {
                 .map_err(full)?,
             exit: cp.add_methodref(RUNTIME_CLASS, "exit", &format!("({s}{c})V")).map_err(full)?,
             handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({s}{c})V")).map_err(full)?,
+            spill: cp.add_methodref(RUNTIME_CLASS, "spill", &format!("({c}I)I")).map_err(full)?,
             site_field: cp.add_fieldref(STATE_CLASS, "site", "I").map_err(full)?,
-            mute: cp.add_methodref(RUNTIME_CLASS, "mute", "()V").map_err(full)?,
-            unmute: cp.add_methodref(RUNTIME_CLASS, "unmute", "()V").map_err(full)?,
+            mute: cp.add_methodref(find, "mute", "()V").map_err(full)?,
+            unmute: cp.add_methodref(find, "unmute", "()V").map_err(full)?,
         };
         self.refs = Some(r);
         Ok(r)
@@ -225,6 +232,17 @@ impl MethodTransform for ExactTransform {
         editor.insert_prologue(s)?;
         let bytes = m.code.code;
         let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
+        // bb=off: blocks add to an int local B, not to the node (a store-to-load chain through the heap in
+        // every loop iteration otherwise); B goes to the node before every call (so that a callee's exception
+        // leaving this frame loses nothing counted), at returns and throws, and at loop headers once it is
+        // large (so that it cannot overflow, and a profile written while the method runs lags little).
+        let local = !bb && self.flow.blocks.iter().enumerate().any(|(i, _)| !(i == 0 && fold_first));
+        let pending = if local { editor.add_local(VType::Integer).map_err(EditError::Refused)? } else { 0 };
+        if local {
+            s.clear();
+            s.op(ICONST_0).istore(pending);
+            editor.insert_prologue(s)?;
+        }
         let mut insns = Instructions::new(bytes).peekable();
         for (i, b) in self.flow.blocks.iter().enumerate() {
             let info = self.flow.info[i];
@@ -240,28 +258,60 @@ impl MethodTransform for ExactTransform {
             // bb=off: the block's bytecodes; bb=on: the block's index.
             let n = if bb { i as i32 } else { b.insns as i32 };
             s.clear();
-            match (counted_by_prologue, exit_at_start) {
-                (false, false) => drop(s.aload(node).push_int(cp, n).invokestatic(cp, refs.count)),
-                (false, true) => drop(s.aload(state).aload(node).push_int(cp, n).invokestatic(cp, refs.count_exit)),
-                (true, true) => drop(s.aload(state).aload(node).invokestatic(cp, refs.exit)),
-                (true, false) => {}
+            if local {
+                if !counted_by_prologue {
+                    add_to_local(s, cp, pending, n);
+                }
+                if exit_at_start {
+                    // Reset: the block may throw what this method catches, and B must not count twice.
+                    s.aload(state).aload(node).iload(pending).invokestatic(cp, refs.count_exit);
+                    s.op(ICONST_0).istore(pending);
+                } else if info.loop_header {
+                    s.aload(node).iload(pending).invokestatic(cp, refs.spill).istore(pending);
+                }
+            } else {
+                if !counted_by_prologue && exit_at_start {
+                    s.aload(state).aload(node).push_int(cp, n).invokestatic(cp, refs.count_exit);
+                } else if !counted_by_prologue {
+                    s.aload(node).push_int(cp, n).invokestatic(cp, refs.count);
+                } else if exit_at_start {
+                    s.aload(state).aload(node).invokestatic(cp, refs.exit);
+                }
             }
             if !s.is_empty() {
                 editor.insert_before(info.at, s)?;
             }
             while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
-                if is_return(insn.opcode) && !leaf && !exit_at_start {
-                    s.clear();
+                s.clear();
+                let call = is_invoke(insn.opcode);
+                let ends = is_return(insn.opcode) || insn.opcode == ATHROW;
+                if local && (call || (ends && !exit_at_start)) {
+                    // Hand B to the node. Returns of a method that calls restore the caller's node with it.
+                    if is_return(insn.opcode) && !leaf {
+                        s.aload(state).aload(node).iload(pending).invokestatic(cp, refs.count_exit);
+                    } else {
+                        s.aload(node).iload(pending).invokestatic(cp, refs.count).op(ICONST_0).istore(pending);
+                    }
+                } else if is_return(insn.opcode) && !leaf && !exit_at_start {
                     s.aload(state).aload(node).invokestatic(cp, refs.exit);
-                    editor.insert_before(insn.offset, s)?;
-                } else if (is_invoke(insn.opcode) || insn.opcode == NEW) && self.config.callsites {
-                    s.clear();
+                }
+                if (call || insn.opcode == NEW) && self.config.callsites {
                     s.aload(state).push_int(cp, insn.offset as i32).putfield(cp, refs.site_field);
+                }
+                if !s.is_empty() {
                     editor.insert_before(insn.offset, s)?;
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// `B += n` for the int local `pending`.
+fn add_to_local(s: &mut Snippet, cp: &mut ConstantPool<'_>, pending: u16, n: i32) {
+    match i16::try_from(n) {
+        Ok(n) => drop(s.iinc(pending, n)),
+        Err(_) => drop(s.iload(pending).push_int(cp, n).op(IADD).istore(pending)),
     }
 }
 

@@ -78,15 +78,15 @@ impl ExactRuntime {
         };
         Ok(ExactRuntime {
             class,
-            init: method("init", "(Z)V")?,
+            init: method("init", "(ZZ)V")?,
             thread_ended: method("threadEnded", "()V")?,
             merge_all: method("mergeAll", "()V")?,
             disable: method("disable", "()V")?,
         })
     }
 
-    pub(super) fn init(&self, jni: Jni, threads: bool) -> Result<(), String> {
-        jni.call_static_void(self.class, self.init, &[jvalue { z: threads as u8 }])
+    pub(super) fn init(&self, jni: Jni, threads: bool, thread_fields: bool) -> Result<(), String> {
+        jni.call_static_void(self.class, self.init, &[jvalue { z: threads as u8 }, jvalue { z: thread_fields as u8 }])
             .map_err(|_| "kprof.runtime.Exact.init threw".to_string())
     }
 

@@ -237,7 +237,12 @@ impl RewritingEngine {
         let o = &config.options;
         let transform: Box<dyn MethodTransform> = match config.mode {
             Mode::Exact => {
-                let c = ExactConfig { max_path: o.maxpath, callsites: o.callsite, blocks: o.bb };
+                let c = ExactConfig {
+                    max_path: o.maxpath,
+                    callsites: o.callsite,
+                    blocks: o.bb,
+                    thread_fields: thread_fields::added(),
+                };
                 Box::new(ExactTransform::new(c, Arc::clone(&self.methods)))
             }
             _ => {
@@ -292,7 +297,7 @@ impl RewritingEngine {
         match options.mode {
             Mode::Exact => {
                 self.exact.reset(options.bb);
-                rt.exact.init(jni, options.threads)?
+                rt.exact.init(jni, options.threads, thread_fields::added())?
             }
             _ => {
                 bytecode::reset(self);

@@ -1,6 +1,7 @@
 //! Per-thread counters as fields of `java.lang.Thread`.
 //!
-//! Rewritten code needs its thread's counter and reified stack on every invocation. A lookup keyed by thread
+//! Rewritten code needs its thread's state on every invocation (bytecode mode: its counter and reified stack;
+//! exact mode: its calling context tree). A lookup keyed by thread
 //! id (a hashed table, or ThreadLocal) costs a third of xalan's run time by itself (array bounds and null checks
 //! and a compare in every prologue, which the JIT compilers must compile into every method); a field of the
 //! thread object costs one load after `Thread.currentThread()`, which the JIT turns into a register read.
@@ -24,13 +25,15 @@ const ACC_SYNTHETIC: u16 = 0x1000;
 const FLAGS: u16 = ACC_PUBLIC | ACC_TRANSIENT | ACC_SYNTHETIC;
 
 /// The fields, as the runtime's Java code names them (it is compiled against a stub Thread with the same):
-/// bytecode mode's per-thread state, counter, stack depth, stack address and stack capacity (`T.java`).
-pub const FIELDS: [NewField<'static>; 5] = [
+/// bytecode mode's per-thread state, counter, stack depth, stack address and stack capacity (`T.java`), and
+/// exact mode's per-thread state (`Ef.java`).
+pub const FIELDS: [NewField<'static>; 6] = [
     NewField { access_flags: FLAGS, name: "kprof$t", descriptor: "Lkprof/runtime/T;" },
     NewField { access_flags: FLAGS, name: "kprof$c", descriptor: "I" },
     NewField { access_flags: FLAGS, name: "kprof$sp", descriptor: "I" },
     NewField { access_flags: FLAGS, name: "kprof$st", descriptor: "J" },
     NewField { access_flags: FLAGS, name: "kprof$cap", descriptor: "I" },
+    NewField { access_flags: FLAGS, name: "kprof$x", descriptor: "Lkprof/runtime/ExactState;" },
 ];
 
 /// `java.lang.Thread` was defined with the fields.

@@ -16,6 +16,7 @@ package kprof.harness;
  *   <li>{@code threads}: 4 threads each call {@code perThread} 250 times ({@code Worker.run} is the root of
  *       each thread's contexts: R×4 calls of {@code run}, R×1000 of {@code perThread}).
  *   <li>{@code branches}: {@code branchy(i)} for i = 0..9, whose basic blocks run a known number of times.
+ *   <li>{@code longLoop}: {@code branchy(100000)}, one invocation whose loop runs some 900,000 bytecodes.
  *   <li>{@code intrinsicThenCall}: builds a string with StringBuilder (intrinsic candidates whose bodies call
  *       rewritten JDK code, counted nothing), then calls {@code afterIntrinsic}: R calls, below
  *       {@code intrinsicThenCall} and nowhere else.
@@ -149,6 +150,10 @@ public final class ExactCounts {
         return s;
     }
 
+    static int longLoop() {
+        return branchy(100_000);
+    }
+
     static int intrinsicThenCall(int r) {
         StringBuilder sb = new StringBuilder();
         sb.append("round ").append(r);
@@ -168,6 +173,7 @@ public final class ExactCounts {
             checksum = checksum * 31 + exceptions();
             checksum = checksum * 31 + threads();
             checksum = checksum * 31 + branches();
+            checksum = checksum * 31 + longLoop();
             checksum = checksum * 31 + intrinsicThenCall(r);
         }
         sink = checksum;

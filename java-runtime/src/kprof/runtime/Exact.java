@@ -9,24 +9,33 @@ import jdk.internal.vm.annotation.ForceInline;
  * its blocks execute ({@code bb=on}: a counter per basic block instead). A rewritten method does:
  *
  * <pre>
- *   prologue:             invokestatic Exact.state()S; astore S; aload S; ldc ID; ldc N;
+ *   prologue:             invokestatic Ef.state()S; astore S; aload S; ldc ID; ldc N;
  *                         invokestatic Exact.enter(SII)C; astore C
  *                         (bb=on: ... ldc BLOCKS; invokestatic Exact.enterBlocks(SII)C; astore C)
- *   each basic block:     aload C; ldc N; invokestatic Exact.count(CI)V           (bb=on: Exact.block(CI)V, block index)
+ *   each basic block:     iinc B, N                 (bb=on: aload C; ldc K; invokestatic Exact.block(CI)V, block K)
+ *   loop headers:         aload C; iload B; invokestatic Exact.spill(CI)I; istore B            (bb=off)
+ *   before calls, throws: aload C; iload B; invokestatic Exact.count(CI)V; iconst_0; istore B   (bb=off)
  *   exception handlers:   aload S; aload C; invokestatic Exact.handler(SC)V       (before the block's helper)
  *   before calls, new:    aload S; ldc BCI; putfield S.site                        (callsite=on)
- *   before each return:   aload S; aload C; invokestatic Exact.exit(SC)V
+ *   before each return:   aload S; aload C; iload B; invokestatic Exact.countExit(SCI)V
+ *                         (bb=on: aload S; aload C; invokestatic Exact.exit(SC)V)
  *                         (a returning block without calls uses countExit/blockExit at its start instead)
- *   leaf methods:         ldc ID; ldc N; invokestatic Exact.enterLeaf(II)C; astore C; counts as above;
- *                         nothing at returns or handlers
+ *   leaf methods:         ldc ID; ldc N; invokestatic Ef.enterLeaf(II)C; astore C; counts as above;
+ *                         at returns B goes to C (count), nothing else at returns or handlers
  *   native wrappers:      enter as above with N = 0; before the call of the native: aload S; iconst_m1;
  *                         putfield S.site; exit before the return
- *   intrinsic candidates: not counted; invokestatic Exact.mute()V before and Exact.unmute()V after each call
+ *   intrinsic candidates: not counted; invokestatic Ef.mute()V before and Ef.unmute()V after each call
  * </pre>
  *
- * where S is the thread's {@link ExactState} and C the invocation's {@link ExactNode}, both new
- * locals; ID the method's id, N a block's bytecode count (the prologue
- * counts the first block when nothing jumps back to it), BCI the call's offset in the original method.
+ * (Ef: when java.lang.Thread has kprof's fields, the agent having started with the JVM; otherwise the methods
+ * of the same names here.)
+ *
+ * where S is the thread's {@link ExactState}, C the invocation's {@link ExactNode} and B the bytecodes counted
+ * but not yet added to C, all new locals (B: a register in compiled code, where a counter in C would put a
+ * store-to-load chain through memory into every loop iteration); ID the method's id, N a block's bytecode
+ * count (the prologue counts the first block when nothing jumps back to it), BCI the call's offset in the
+ * original method. An implicit exception (a null dereference, say) that leaves the method loses what B
+ * holds: a block is counted at its start, so only the blocks since the last call or throw.
  *
  * <p>The current node is kept without instrumenting exceptional exits, like bytecode mode's depth:
  * {@code enter} takes the node {@code cur} the caller left and the callsite it wrote, finds or creates the
@@ -48,22 +57,21 @@ public final class Exact {
     /** Set by the agent once the runtime is ready; cleared when profiling stops. */
     static volatile boolean enabled;
     static boolean threadRoots;
+    /** java.lang.Thread has kprof's fields: rewritten code finds its state in {@code Thread.kprof$x}
+     *  ({@link Ef}), and this class keeps that field in step with the table. */
+    static boolean fields;
     /** The node of invocations that count nothing (profiling off, or below an intrinsic candidate);
      *  written by every thread, never read. */
     static final ExactNode DUMMY = new ExactNode(0, 0, 0, 65536);
     /** The state of threads while profiling is off. */
-    static final ExactState OFF = new ExactState(0, 2);
+    static final ExactState OFF = new ExactState(null, 0, 2);
 
     private static final int BUCKETS = 1 << 12;
     /** Per-thread states, hashed by thread id, chained through {@link ExactState#next}; written under LOCK. */
     private static final ExactState[] TABLE = new ExactState[BUCKETS];
     private static final Object LOCK = new Object();
     private static final int INITIAL_NODES = 1024;
-    /** Key of {@link ExactState#overflow}: method id -1, which the agent maps to its overflow node. */
-    static final long OVERFLOW_KEY = 0xffffffffL;
-    /** Nodes that threads may still create, over all threads: the trees live on the application's heap,
-     *  and a deeply recursive program has more call paths than any heap holds. */
-    static int nodesLeft;
+    static final long OVERFLOW_KEY = ExactState.OVERFLOW_KEY;
     /** Heap bytes a node costs: the object, its slots in the node array and its parent's table of children,
      *  and its share of the arrays a merge builds. */
     private static final long BYTES_PER_NODE = 200;
@@ -102,7 +110,13 @@ public final class Exact {
     /** Prologue of a leaf method (no calls, no {@code new}): its node; the current node stays the caller's. */
     @ForceInline
     public static ExactNode enterLeaf(int method, int n) {
-        ExactNode c = called(current(), method, 0);
+        return leaf(current(), method, n);
+    }
+
+    /** {@link #enterLeaf} for the state {@code s}. */
+    @ForceInline
+    static ExactNode leaf(ExactState s, int method, int n) {
+        ExactNode c = called(s, method, 0);
         c.bytecodes += n;
         return c;
     }
@@ -116,7 +130,7 @@ public final class Exact {
     /** The node of a call of {@code method} from the current node and callsite, its call counted; DUMMY
      *  (whose counters nobody reads) when profiling is off or the call is below an intrinsic candidate. */
     @ForceInline
-    private static ExactNode called(ExactState s, int method, int blocks) {
+    static ExactNode called(ExactState s, int method, int blocks) {
         int p = s.cur;
         if (s == OFF || p == s.muteArm) {
             return DUMMY;
@@ -130,6 +144,20 @@ public final class Exact {
     @ForceInline
     public static void count(ExactNode c, int n) {
         c.bytecodes += n;
+    }
+
+    /** Bytecodes kept in a local before they go to the node. */
+    private static final int SPILL = 1 << 16;
+
+    /** At a loop header: the local count {@code b} goes to the node once it is large, so that it cannot
+     *  overflow and a profile written while a long loop runs misses little. Returns the new local count. */
+    @ForceInline
+    public static int spill(ExactNode c, int b) {
+        if (b < SPILL) {
+            return b;
+        }
+        c.bytecodes += b;
+        return 0;
     }
 
     /** Basic block {@code k} ({@code bb=on}). */
@@ -189,7 +217,11 @@ public final class Exact {
      *  would not run at all once the JIT uses the intrinsic (counts do not depend on the JIT). */
     @ForceInline
     public static void mute() {
-        ExactState s = current();
+        mute(current());
+    }
+
+    @ForceInline
+    static void mute(ExactState s) {
         if (s.muteNest++ == 0) {
             s.muteArm = s.cur;
         }
@@ -198,7 +230,11 @@ public final class Exact {
     /** After that call returns. */
     @ForceInline
     public static void unmute() {
-        ExactState s = current();
+        unmute(current());
+    }
+
+    @ForceInline
+    static void unmute(ExactState s) {
         if (s.muteNest > 0 && --s.muteNest == 0) {
             s.muteArm = -1;
         }
@@ -214,13 +250,24 @@ public final class Exact {
         return lookup(id);
     }
 
-    /** The state of thread {@code id}, created on its first rewritten invocation; moved to its bucket's head. */
+    /** The fields flavour's slow path ({@link Ef#state}): the thread has no state in its field yet. */
+    @DontInline
+    static ExactState attach() {
+        return lookup(Thread.currentThread().getId());
+    }
+
+    /** The state of thread {@code id}, created on its first rewritten invocation; moved to its bucket's head.
+     *  With Thread fields, also put in the thread's field (under LOCK, so that a state is in a field only
+     *  while it is in the table). */
     @DontInline
     static ExactState lookup(long id) {
         if (!enabled) {
             return OFF;
         }
         synchronized (LOCK) {
+            if (!enabled) {
+                return OFF;
+            }
             int b = (int) id & (BUCKETS - 1);
             ExactState prev = null;
             ExactState s = TABLE[b];
@@ -229,7 +276,7 @@ public final class Exact {
                 s = s.next;
             }
             if (s == null) {
-                s = new ExactState(id, INITIAL_NODES);
+                s = new ExactState(Thread.currentThread(), id, INITIAL_NODES);
                 if (threadRoots) {
                     s.root = threadRoot(Thread.currentThread().getName());
                 }
@@ -238,11 +285,29 @@ public final class Exact {
                 prev.next = s.next;
                 s.next = TABLE[b];
             } else {
-                return s;
+                return publish(s);
             }
             // ExactState.tid is final, so a thread that reads this slot without the lock sees it set.
             TABLE[b] = s;
-            return s;
+            return publish(s);
+        }
+    }
+
+    /** With Thread fields, makes {@code s} its thread's state; caller holds LOCK. The field is read only by
+     *  its own thread, the one calling this. */
+    private static ExactState publish(ExactState s) {
+        if (fields) {
+            s.owner.kprof$x = s;
+        }
+        return s;
+    }
+
+    /** With Thread fields, {@code s} is no longer its thread's state; caller holds LOCK. Another thread may
+     *  clear the field: its owner then takes the slow path once and finds its state (or a new one) in the
+     *  table, as the table flavour does. */
+    private static void unpublish(ExactState s) {
+        if (fields && s.owner != null && s.owner.kprof$x == s) {
+            s.owner.kprof$x = null;
         }
     }
 
@@ -326,6 +391,7 @@ public final class Exact {
                     } else {
                         prev.next = s.next;
                     }
+                    unpublish(s);
                     merge(s, true);
                     return;
                 }
@@ -345,14 +411,18 @@ public final class Exact {
     }
 
     /** Called by the agent when everything is in place: a new session starts from empty trees. */
-    static void init(boolean perThreadRoots) {
+    static void init(boolean perThreadRoots, boolean threadFields) {
         synchronized (LOCK) {
             for (int b = 0; b < BUCKETS; b++) {
+                for (ExactState s = TABLE[b]; s != null; s = s.next) {
+                    unpublish(s);
+                }
                 TABLE[b] = null;
             }
             threadRoots = perThreadRoots;
+            fields = threadFields;
             // A quarter of the heap the application may grow to.
-            nodesLeft = (int) Math.min(Integer.MAX_VALUE, Runtime.getRuntime().maxMemory() / 4 / BYTES_PER_NODE);
+            ExactState.nodesLeft = (int) Math.min(Integer.MAX_VALUE, Runtime.getRuntime().maxMemory() / 4 / BYTES_PER_NODE);
             enabled = true;
         }
     }
@@ -364,6 +434,7 @@ public final class Exact {
         synchronized (LOCK) {
             for (int b = 0; b < BUCKETS; b++) {
                 for (ExactState s = TABLE[b]; s != null; s = s.next) {
+                    unpublish(s);
                     merge(s, true);
                 }
                 TABLE[b] = null;

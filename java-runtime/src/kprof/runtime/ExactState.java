@@ -14,8 +14,17 @@ import jdk.internal.vm.annotation.ForceInline;
  * references (no GC write barrier per call). Node 0 is the thread's root.
  */
 public final class ExactState {
+    /** Key of {@link #overflow}: method id -1, which the agent maps to its overflow node. */
+    static final long OVERFLOW_KEY = 0xffffffffL;
+    /** Nodes that threads may still create, over all threads: the trees live on the application's heap,
+     *  and a deeply recursive program has more call paths than any heap holds. Set by {@link Exact#init}. */
+    static int nodesLeft;
+
     /** The owning thread's id ({@code Thread.getId()}); never reused by the JVM. */
     final long tid;
+    /** The owning thread (null for {@link Exact#OFF}): with Thread fields, its {@code kprof$x} refers to this
+     *  state while the state is in {@link Exact}'s table. */
+    final Thread owner;
     /** The node whose callees are being called: the running invocation's node. */
     public int cur;
     /** Callsite of the call being made (callsite=on): written by the caller, read by the callee; -1 for
@@ -38,7 +47,8 @@ public final class ExactState {
      *  {@link #cur}, so what an overflowing invocation calls is looked up below its caller's node. */
     ExactNode overflow;
 
-    ExactState(long tid, int capacity) {
+    ExactState(Thread owner, long tid, int capacity) {
+        this.owner = owner;
         this.tid = tid;
         this.nodes = new ExactNode[capacity];
         nodes[0] = new ExactNode(-1, -1, 0, 0);
@@ -95,10 +105,10 @@ public final class ExactState {
     private ExactNode create(ExactNode p, long key, int h, int blocks) {
         // A racy count (no atomics on any path that rewritten code runs): lost updates can only let a few
         // more nodes in.
-        if (Exact.nodesLeft <= 0) {
+        if (nodesLeft <= 0) {
             return overflowNode();
         }
-        Exact.nodesLeft--;
+        nodesLeft--;
         ExactNode c = append(new ExactNode(key, p.id, size, blocks));
         p.kids[h] = c;
         if (++p.kidCount * 4 > p.kids.length) {
@@ -112,7 +122,7 @@ public final class ExactState {
     private ExactNode overflowNode() {
         ExactNode o = overflow;
         if (o == null) {
-            o = append(new ExactNode(Exact.OVERFLOW_KEY, 0, size, 65536));
+            o = append(new ExactNode(OVERFLOW_KEY, 0, size, 65536));
             overflow = o;
         }
         return o;

@@ -13,6 +13,8 @@ public class Thread implements Runnable {
     public transient int kprof$sp;
     public transient long kprof$st;
     public transient int kprof$cap;
+    /** Exact mode: the thread's state (see kprof.runtime.Ef). */
+    public transient kprof.runtime.ExactState kprof$x;
 
     public static native Thread currentThread();
 

@@ -1,0 +1,47 @@
+package kprof.runtime;
+
+import jdk.internal.vm.annotation.ForceInline;
+
+/**
+ * {@link Exact}'s helpers that find the thread's state, for a JVM whose java.lang.Thread has kprof's fields
+ * (the agent started with it): the state is {@code Thread.currentThread().kprof$x}, one load, where
+ * {@link Exact#current} hashes the thread id into a table (bounds, null and id checks in every prologue, which
+ * cost a sizeable share of exact mode's overhead on call-heavy programs). Rewritten code calls these instead of
+ * Exact's methods of the same names; every other helper takes the state as an argument and is shared. A
+ * thread without a state in its field (its first rewritten invocation, or profiling off) takes
+ * {@link Exact#attach}, which also fills the field.
+ */
+public final class Ef {
+    private Ef() {}
+
+    /** Prologue, first: the thread's state. */
+    @ForceInline
+    public static ExactState state() {
+        ExactState s = Thread.currentThread().kprof$x;
+        return s != null ? s : Exact.attach();
+    }
+
+    /** {@link Exact#enterLeaf}. */
+    @ForceInline
+    public static ExactNode enterLeaf(int method, int n) {
+        return Exact.leaf(state(), method, n);
+    }
+
+    /** {@link Exact#enterLeafBlocks}. */
+    @ForceInline
+    public static ExactNode enterLeafBlocks(int method, int blocks) {
+        return Exact.called(state(), method, blocks);
+    }
+
+    /** {@link Exact#mute}. */
+    @ForceInline
+    public static void mute() {
+        Exact.mute(state());
+    }
+
+    /** {@link Exact#unmute}. */
+    @ForceInline
+    public static void unmute() {
+        Exact.unmute(state());
+    }
+}
