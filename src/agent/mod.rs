@@ -830,8 +830,7 @@ impl Agent {
         let mut written = Vec::new();
         for f in &job.files {
             let path = expand_path(&f.path, std::process::id(), job.start_secs, job.number);
-            let bytes = output::render(&profile, f.format, job.metric);
-            match output::write_atomic(std::path::Path::new(&path), &bytes) {
+            match output::write_profile(std::path::Path::new(&path), &profile, f.format, job.metric) {
                 Ok(abs) => written.push(abs.display().to_string()),
                 Err(e) => say(&format!("cannot write {path}: {e}")),
             }

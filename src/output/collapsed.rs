@@ -4,12 +4,21 @@
 
 use crate::profile::{descriptor_to_java, Frame, FrameKind, Meta, Metric, Profile};
 use std::collections::HashMap;
+use std::io::Write;
 
 /// Renders collapsed stacks under `metric`, in depth-first order.
 pub fn render(profile: &Profile, metric: Metric) -> Vec<u8> {
+    let mut out = Vec::new();
+    write(profile, metric, &mut out).expect("writing to memory");
+    out
+}
+
+/// Writes collapsed stacks under `metric` to `out` as they are made: every line repeats its whole stack,
+/// so a tree of millions of deep contexts (an exact profile of a compiler) makes tens of gigabytes, which
+/// must not be built in memory first.
+pub fn write(profile: &Profile, metric: Metric, out: &mut dyn Write) -> std::io::Result<()> {
     let merged = profile.merged_by_frame();
     let names = super::display_names(&merged);
-    let mut out = Vec::new();
     // The current stack as text; each work item carries the length of its parent's prefix, so a
     // node's line is built without walking back to the root (deep trees stay linear).
     let mut prefix = String::new();
@@ -22,15 +31,12 @@ pub fn render(profile: &Profile, metric: Metric) -> Vec<u8> {
         prefix.push_str(&names[merged.nodes[node as usize].frame as usize]);
         let value = merged.value(node, metric);
         if value > 0 {
-            out.extend_from_slice(prefix.as_bytes());
-            out.push(b' ');
-            out.extend_from_slice(value.to_string().as_bytes());
-            out.push(b'\n');
+            writeln!(out, "{prefix} {value}")?;
         }
         let len = prefix.len();
         work.extend(merged.nodes[node as usize].children.iter().rev().map(|&c| (c, len)));
     }
-    out
+    Ok(())
 }
 
 /// Reads any collapsed-stacks file into a profile with mode `collapsed`; the counts become samples.

@@ -106,8 +106,25 @@ pub fn read_profile(path: &Path) -> Result<Profile, String> {
     }
 }
 
+/// Writes `profile` in `format` to `path` atomically, as [`render`] would make it; collapsed stacks go to
+/// the file as they are made (see [`collapsed::write`]).
+pub fn write_profile(path: &Path, profile: &Profile, format: Format, metric: Metric) -> std::io::Result<PathBuf> {
+    match format {
+        Format::Collapsed => write_atomic_with(path, |out| collapsed::write(profile, metric, out)),
+        _ => write_atomic(path, &render(profile, format, metric)),
+    }
+}
+
 /// Writes `bytes` to `path` atomically (see the module comment). Returns the absolute path written.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    write_atomic_with(path, |out| out.write_all(bytes))
+}
+
+/// Writes what `fill` writes to `path` atomically (buffered). Returns the absolute path written.
+pub fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<PathBuf> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -128,7 +145,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
             Err(e) => return Err(e),
         }
     };
-    let result = file.write_all(bytes).and_then(|_| file.sync_data());
+    let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut file);
+    let result = fill(&mut buffered).and_then(|_| buffered.flush());
+    drop(buffered);
+    let result = result.and_then(|_| file.sync_data());
     drop(file);
     if let Err(e) = result.and_then(|_| fs::rename(&tmp, path)) {
         let _ = fs::remove_file(&tmp);
@@ -167,6 +187,28 @@ mod tests {
         assert!(leftovers.is_empty());
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o600);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_failing_streamed_write_is_reported_and_leaves_neither_file_nor_temporary() {
+        let dir = std::env::temp_dir().join(format!("kprof-out-fail-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("p.collapsed");
+        let err = write_atomic_with(&target, |out| {
+            out.write_all(&vec![b'x'; 3 << 20])?;
+            Err(std::io::Error::other("disk full"))
+        })
+        .unwrap_err();
+        assert_eq!(err.to_string(), "disk full");
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
+        // Streamed collapsed stacks are what render makes.
+        let mut p = Profile::new(crate::profile::Meta::default());
+        let main = p.intern(crate::profile::Frame::java("a.Main", "main", "()V"));
+        let n = p.child(0, main, -1);
+        p.nodes[n as usize].samples = 3;
+        let path = write_profile(&target, &p, Format::Collapsed, Metric::Samples).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), render(&p, Format::Collapsed, Metric::Samples));
         fs::remove_dir_all(&dir).unwrap();
     }
 

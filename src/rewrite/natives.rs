@@ -14,7 +14,7 @@
 //! Left alone: natives of classes the agent policy leaves alone (Thread, java.lang.invoke, Unsafe, ...),
 //! of interfaces, of `java.lang.Object` (its vtable is special to HotSpot) and of the classes whose natives
 //! inspect their callers' frames (Throwable's stack trace, stack walking, access control, reflection's
-//! caller checks), and natives annotated with any `jdk.internal` annotation (intrinsic candidates, caller
+//! caller checks) or that HotSpot's native lookup itself calls (`findEntry0`), and natives annotated with any `jdk.internal` annotation (intrinsic candidates, caller
 //! sensitive, hidden frames): an extra frame or a lost intrinsic would change what they do or cost.
 
 use super::policy::SkipPolicy;
@@ -41,6 +41,12 @@ const DENIED_CLASSES: &[&[u8]] = &[
     b"java/lang/StackFrameInfo",
     b"java/security/AccessController",
     b"jdk/internal/reflect/Reflection",
+    // HotSpot links a boot class's prefixed native by first looking the prefixed name up through
+    // ClassLoader.findNative, which ends in `findEntry0` (NativeLibraries on 17, NativeLibrary on 25): a
+    // wrapped `findEntry0` would need itself linked to link itself (a StackOverflowError in the first
+    // lookup of a native method from an application library).
+    b"jdk/internal/loader/NativeLibrary",
+    b"jdk/internal/loader/NativeLibraries",
 ];
 
 /// A class with its natives wrapped.
@@ -265,6 +271,8 @@ mod tests {
     fn denied_classes_and_nested_ones() {
         assert!(denied_class(b"java/lang/Object"));
         assert!(denied_class(b"java/lang/StackStreamFactory$AbstractStackWalker"));
+        assert!(denied_class(b"jdk/internal/loader/NativeLibrary"));
+        assert!(denied_class(b"jdk/internal/loader/NativeLibraries$NativeLibraryImpl"));
         assert!(!denied_class(b"java/lang/ObjectX"));
         assert!(!denied_class(b"java/io/FileInputStream"));
     }
