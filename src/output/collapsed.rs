@@ -9,34 +9,67 @@ use std::io::Write;
 /// Renders collapsed stacks under `metric`, in depth-first order.
 pub fn render(profile: &Profile, metric: Metric) -> Vec<u8> {
     let mut out = Vec::new();
-    write(profile, metric, &mut out).expect("writing to memory");
+    Lines::new(profile, metric).write(&mut out).expect("writing to memory");
     out
 }
 
-/// Writes collapsed stacks under `metric` to `out` as they are made: every line repeats its whole stack,
-/// so a tree of millions of deep contexts (an exact profile of a compiler) makes tens of gigabytes, which
-/// must not be built in memory first.
-pub fn write(profile: &Profile, metric: Metric, out: &mut dyn Write) -> std::io::Result<()> {
-    let merged = profile.merged_by_frame();
-    let names = super::display_names(&merged);
-    // The current stack as text; each work item carries the length of its parent's prefix, so a
-    // node's line is built without walking back to the root (deep trees stay linear).
-    let mut prefix = String::new();
-    let mut work: Vec<(u32, usize)> = merged.nodes[0].children.iter().rev().map(|&c| (c, 0)).collect();
-    while let Some((node, parent_len)) = work.pop() {
-        prefix.truncate(parent_len);
-        if parent_len > 0 {
-            prefix.push(';');
-        }
-        prefix.push_str(&names[merged.nodes[node as usize].frame as usize]);
-        let value = merged.value(node, metric);
-        if value > 0 {
-            writeln!(out, "{prefix} {value}")?;
-        }
-        let len = prefix.len();
-        work.extend(merged.nodes[node as usize].children.iter().rev().map(|&c| (c, len)));
+/// The collapsed stacks of a profile, to be measured and written. Every line repeats its whole stack, so
+/// a tree of millions of deep contexts (an exact profile of a compiler) makes tens of gigabytes: they are
+/// written as they are made, never built in memory, and [`Lines::len`] tells beforehand what they take.
+pub struct Lines {
+    merged: Profile,
+    names: Vec<String>,
+    metric: Metric,
+}
+
+impl Lines {
+    pub fn new(profile: &Profile, metric: Metric) -> Lines {
+        let merged = profile.merged_by_frame();
+        let names = super::display_names(&merged);
+        Lines { merged, names, metric }
     }
-    Ok(())
+
+    /// Bytes that [`Lines::write`] writes.
+    pub fn len(&self) -> u64 {
+        let mut total = 0u64;
+        let _ = self.walk(|stack, value| {
+            total += stack.len() as u64 + 2 + value.checked_ilog10().unwrap_or(0) as u64 + 1;
+            Ok(())
+        });
+        total
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the lines, in depth-first order.
+    pub fn write(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        self.walk(|stack, value| writeln!(out, "{stack} {value}"))
+    }
+
+    /// Calls `line` with each context's stack and value, depth first.
+    fn walk(&self, mut line: impl FnMut(&str, u64) -> std::io::Result<()>) -> std::io::Result<()> {
+        let merged = &self.merged;
+        // The current stack as text; each work item carries the length of its parent's prefix, so a
+        // node's line is built without walking back to the root (deep trees stay linear).
+        let mut prefix = String::new();
+        let mut work: Vec<(u32, usize)> = merged.nodes[0].children.iter().rev().map(|&c| (c, 0)).collect();
+        while let Some((node, parent_len)) = work.pop() {
+            prefix.truncate(parent_len);
+            if parent_len > 0 {
+                prefix.push(';');
+            }
+            prefix.push_str(&self.names[merged.nodes[node as usize].frame as usize]);
+            let value = merged.value(node, self.metric);
+            if value > 0 {
+                line(&prefix, value)?;
+            }
+            let len = prefix.len();
+            work.extend(merged.nodes[node as usize].children.iter().rev().map(|&c| (c, len)));
+        }
+        Ok(())
+    }
 }
 
 /// Reads any collapsed-stacks file into a profile with mode `collapsed`; the counts become samples.

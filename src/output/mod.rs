@@ -110,9 +110,43 @@ pub fn read_profile(path: &Path) -> Result<Profile, String> {
 /// the file as they are made (see [`collapsed::write`]).
 pub fn write_profile(path: &Path, profile: &Profile, format: Format, metric: Metric) -> std::io::Result<PathBuf> {
     match format {
-        Format::Collapsed => write_atomic_with(path, |out| collapsed::write(profile, metric, out)),
+        Format::Collapsed => {
+            let lines = collapsed::Lines::new(profile, metric);
+            let len = lines.len();
+            // Refused up front rather than failing once the disk is full (which would harm whatever else
+            // writes there): collapsed stacks of an exact profile can outgrow any disk.
+            if let Some(free) = free_bytes(path) {
+                if len > free.saturating_sub(free / 20) {
+                    return Err(std::io::Error::other(format!(
+                        "collapsed stacks would take {} MB, {} MB free there; JSON or pprof keep the tree in far less",
+                        len >> 20,
+                        free >> 20
+                    )));
+                }
+            }
+            write_atomic_with(path, |out| lines.write(out))
+        }
         _ => write_atomic(path, &render(profile, format, metric)),
     }
+}
+
+/// Bytes free to an unprivileged writer on the file system of `path`'s directory.
+fn free_bytes(path: &Path) -> Option<u64> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` points to writable memory of the struct's size;
+    // statvfs only writes it, and it is read only when the call succeeded.
+    let st = unsafe {
+        if libc::statvfs(c.as_ptr(), st.as_mut_ptr()) != 0 {
+            return None;
+        }
+        st.assume_init()
+    };
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// Writes `bytes` to `path` atomically (see the module comment). Returns the absolute path written.
@@ -209,6 +243,7 @@ mod tests {
         p.nodes[n as usize].samples = 3;
         let path = write_profile(&target, &p, Format::Collapsed, Metric::Samples).unwrap();
         assert_eq!(fs::read(&path).unwrap(), render(&p, Format::Collapsed, Metric::Samples));
+        assert_eq!(collapsed::Lines::new(&p, Metric::Samples).len(), fs::metadata(&path).unwrap().len());
         fs::remove_dir_all(&dir).unwrap();
     }
 
