@@ -15,7 +15,7 @@ pub fn render(profile: &Profile, metric: Metric) -> Vec<u8> {
 
 /// The collapsed stacks of a profile, to be measured and written. Every line repeats its whole stack, so
 /// a tree of millions of deep contexts (an exact profile of a compiler) makes tens of gigabytes: they are
-/// written as they are made, never built in memory, and [`Lines::len`] tells beforehand what they take.
+/// written as they are made, never built in memory, and [`Lines::byte_len`] tells beforehand what they take.
 pub struct Lines {
     merged: Profile,
     names: Vec<String>,
@@ -30,17 +30,13 @@ impl Lines {
     }
 
     /// Bytes that [`Lines::write`] writes.
-    pub fn len(&self) -> u64 {
+    pub fn byte_len(&self) -> u64 {
         let mut total = 0u64;
         let _ = self.walk(|stack, value| {
             total += stack.len() as u64 + 2 + value.checked_ilog10().unwrap_or(0) as u64 + 1;
             Ok(())
         });
         total
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Writes the lines, in depth-first order.

@@ -112,7 +112,7 @@ pub fn write_profile(path: &Path, profile: &Profile, format: Format, metric: Met
     match format {
         Format::Collapsed => {
             let lines = collapsed::Lines::new(profile, metric);
-            let len = lines.len();
+            let len = lines.byte_len();
             // Refused up front rather than failing once the disk is full (which would harm whatever else
             // writes there): collapsed stacks of an exact profile can outgrow any disk.
             if let Some(free) = free_bytes(path) {
@@ -243,7 +243,7 @@ mod tests {
         p.nodes[n as usize].samples = 3;
         let path = write_profile(&target, &p, Format::Collapsed, Metric::Samples).unwrap();
         assert_eq!(fs::read(&path).unwrap(), render(&p, Format::Collapsed, Metric::Samples));
-        assert_eq!(collapsed::Lines::new(&p, Metric::Samples).len(), fs::metadata(&path).unwrap().len());
+        assert_eq!(collapsed::Lines::new(&p, Metric::Samples).byte_len(), fs::metadata(&path).unwrap().len());
         fs::remove_dir_all(&dir).unwrap();
     }
 
