@@ -147,8 +147,9 @@ fn edit_class(
         editor.begin(&code);
         edit(&mut editor, &mut class.constant_pool, &code);
         let start = buf.len();
-        editor.finish(&code, &ctx, &mut class.constant_pool, &EditLimits::default(), false, &mut buf).unwrap();
-        edits.push(MethodEdit { method: i, range: start..buf.len() });
+        if editor.finish(&code, &ctx, &mut class.constant_pool, &EditLimits::default(), false, &mut buf).unwrap() {
+            edits.push(MethodEdit { method: i, range: start..buf.len() });
+        }
     }
     let mut out = Vec::new();
     write_class(&class, &edits, &buf, false, &mut out).unwrap();
@@ -190,6 +191,62 @@ fn bytecode_mode_snippet_shape_runs_the_same() {
         let (expected, _) = run_sample(&home, harness_classes(), &[]);
         let (got, err) = run_sample(&home, dir.to_str().unwrap(), &[]);
         assert_eq!(got, expected, "on {}: {err}", home.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn catch_all_handler_runs_for_escaping_exceptions_and_rethrows_them() {
+    // Every method but the constructors gets two new locals set in the prologue and a catch-all handler that
+    // reads them and prints a line: the program's output is unchanged (each exception still reaches whoever
+    // caught it, its own handlers first), every class verifies (frames at the handler, a StackMapTable added
+    // where a method had none), and the handler runs exactly where an exception leaves a method.
+    let classes = sample_classes();
+    let mut methods_without_stackmap = 0;
+    let rewritten: Vec<(String, Vec<u8>)> = classes
+        .iter()
+        .map(|(name, data)| {
+            // Names of the methods with code, in the order edit_class visits them.
+            let class = ClassFile::parse(data).unwrap();
+            let mut names = Vec::new();
+            for i in 0..class.methods.len() {
+                let Some(code) = class.method_code(i).unwrap() else { continue };
+                let cp = &class.constant_pool;
+                methods_without_stackmap +=
+                    !code.attributes.iter().any(|a| cp.utf8(a.name_index).unwrap() == b"StackMapTable") as usize;
+                names.push(class.member_name(&class.methods[i]).unwrap().to_vec());
+            }
+            let mut names = names.into_iter();
+            let out = edit_class(data, |ed, cp, _| {
+                if names.next().unwrap() == b"<init>" {
+                    return;
+                }
+                let object = cp.add_class("java/lang/Object").unwrap();
+                let throwable = cp.add_class("java/lang/Throwable").unwrap();
+                let err = cp.add_fieldref("java/lang/System", "err", "Ljava/io/PrintStream;").unwrap();
+                let println = cp.add_methodref("java/io/PrintStream", "println", "(Ljava/lang/Object;)V").unwrap();
+                let n = ed.add_local(VType::Integer).unwrap();
+                let r = ed.add_local(VType::Object(object)).unwrap();
+                let mut s = Snippet::new();
+                let line = cp.add_string("kprof-catch-all").unwrap();
+                s.ldc(cp, line).astore(r).push_int(cp, 7).istore(n);
+                ed.insert_prologue(&s).unwrap();
+                s.clear();
+                s.iload(n).op(kprof::classfile::opcodes::POP).getstatic(cp, err).aload(r).invokevirtual(cp, println);
+                ed.set_catch_all(&s, throwable).unwrap();
+            });
+            (name.clone(), out)
+        })
+        .collect();
+    assert!(methods_without_stackmap > 0);
+    let dir = scratch("catch-all");
+    write_classes(&dir, &rewritten);
+    for home in jdks() {
+        let (expected, _) = run_sample(&home, harness_classes(), &[]);
+        let (got, err) = run_sample(&home, dir.to_str().unwrap(), &[]);
+        assert_eq!(got, expected, "on {}: {err}", home.display());
+        let lines = err.lines().filter(|l| *l == "kprof-catch-all").count();
+        assert_eq!(lines, 1, "on {}: {err}", home.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

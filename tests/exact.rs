@@ -339,6 +339,35 @@ fn basic_block_counts_are_what_the_blocks_ran() {
 }
 
 #[test]
+fn a_method_the_usual_rewrite_takes_past_the_byte_budget_is_still_counted() {
+    // BigMethod.big makes 500 calls in 1.8 KB of code: handing its local count to the node before each call
+    // would take it past 8,000 bytes (it would be left alone, so its callees would hang below main); with a
+    // catch-all handler it fits. Its counts must be right either way, the implicit exception that leaves it
+    // in even rounds included: the same bytecodes as bb=on (a counter per block, which needs no handler;
+    // callsite=off so that bb=on fits too).
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-big-{}", jdk.label()));
+        let rounds = ROUNDS.to_string();
+        let main = "kprof.harness.BigMethod";
+        let (_, off) = profile(jdk, &dir, "off", "", &[], main, &[&rounds]);
+        let (_, on) = profile(jdk, &dir, "on", "bb=on,callsite=off", &[], main, &[&rounds]);
+        let big = path(&["BigMethod.main", "BigMethod.big"]);
+        let mut f = big.clone();
+        f.push("BigMethod.f".into());
+        for (label, p) in [("bb=off", &off), ("bb=on", &on)] {
+            let by_path = calls_by_path(&contexts(p));
+            assert_eq!(calls(&by_path, &big), ROUNDS, "{}: {label}", jdk.label());
+            assert_eq!(calls(&by_path, &f), 500 * ROUNDS, "{}: {label}", jdk.label());
+            assert_eq!(calls(&by_path, &path(&["BigMethod.main", "BigMethod.f"])), 0, "{}: {label}", jdk.label());
+        }
+        let weight = |p: &Profile| contexts(p).into_iter().filter(|c| c.path == big).map(|c| c.weight).sum::<u64>();
+        assert_eq!(weight(&off), weight(&on), "{}", jdk.label());
+        // 50 lines of 14 bytecodes and a loop of 100 rounds of 8, at least, per call.
+        assert!(weight(&off) / ROUNDS > 50 * 14 + 800, "{}: {}", jdk.label(), weight(&off));
+    });
+}
+
+#[test]
 fn the_same_run_twice_gives_the_same_counts() {
     for_each_jdk(|jdk| {
         let dir = scratch(&format!("exact-twice-{}", jdk.label()));

@@ -14,6 +14,9 @@
 //! starts at 0 (the prologue belongs to the first line, and parameters are live in it). Other attributes inside
 //! `Code` (CharacterRangeTable and non-standard ones, which HotSpot ignores) are copied unchanged.
 //!
+//! A catch-all handler ([`CodeEditor::set_catch_all`]) goes after the original code: `[...][insn n-1][handler]`,
+//! covered by one more exception-table entry, listed last, and described by one more stack map frame.
+//!
 //! Refusals ([`Refusal`]) leave the method unchanged: a branch that would need widening, code past 64 KB, code
 //! crossing the byte budget (HotSpot's HugeMethodLimit, 8000: past it the JIT never compiles the method).
 
@@ -96,6 +99,8 @@ pub struct MethodContext<'d> {
     pub is_static: bool,
     pub is_init: bool,
     pub descriptor: &'d [u8],
+    /// The class file version requires a StackMapTable for branch targets and handlers (major 50 and later).
+    pub stackmaps: bool,
     /// The `Code` attribute's name index, when the class already has a `Code` Utf8 (always true for a method
     /// with code).
     pub code_name_index: u16,
@@ -115,6 +120,7 @@ impl<'a> MethodContext<'a> {
             is_static: m.access_flags & ACC_STATIC != 0,
             is_init: class.member_name(m)? == b"<init>",
             descriptor: class.member_descriptor(m)?,
+            stackmaps: class.major_version >= 50,
             code_name_index: code.name_index,
         })
     }
@@ -135,6 +141,11 @@ pub struct CodeEditor {
     insertions: Vec<(u32, u32, u32)>,
     inserted: Vec<u8>,
     prologue: Vec<u8>,
+    /// The catch-all handler's code (ending in `athrow`) and the Class entry of java/lang/Throwable.
+    epilogue: Vec<u8>,
+    catch_all: Option<u16>,
+    /// The byte budget [`Self::crosses_budget`] compares with (kept across `begin`).
+    budget: u32,
     // Scratch for `finish`.
     target_map: Vec<u32>,
     insn_map: Vec<u32>,
@@ -145,7 +156,7 @@ pub struct CodeEditor {
 
 impl CodeEditor {
     pub fn new() -> CodeEditor {
-        CodeEditor::default()
+        CodeEditor { budget: DEFAULT_BUDGET, ..CodeEditor::default() }
     }
 
     /// Starts editing `code`, forgetting any previous edits.
@@ -159,11 +170,29 @@ impl CodeEditor {
         self.insertions.clear();
         self.inserted.clear();
         self.prologue.clear();
+        self.epilogue.clear();
+        self.catch_all = None;
     }
 
     /// True when nothing was inserted or added since `begin`.
     pub fn is_unedited(&self) -> bool {
-        self.insertions.is_empty() && self.prologue.is_empty() && self.new_locals.is_empty() && self.extra_stack == 0
+        self.insertions.is_empty()
+            && self.prologue.is_empty()
+            && self.new_locals.is_empty()
+            && self.extra_stack == 0
+            && self.catch_all.is_none()
+    }
+
+    /// Sets the budget that [`Self::crosses_budget`] checks (the one `finish` gets in its limits).
+    pub fn set_budget(&mut self, budget: u32) {
+        self.budget = budget;
+    }
+
+    /// True when the edits so far take code within the budget past it, so that `finish` will refuse them
+    /// (switch padding aside, which can add 3 bytes per switch): a transform may then try a smaller edit.
+    pub fn crosses_budget(&self) -> bool {
+        let len = self.code_len as usize + self.prologue.len() + self.inserted.len() + self.epilogue.len();
+        self.code_len <= self.budget && len > self.budget as usize
     }
 
     pub fn max_locals(&self) -> u16 {
@@ -213,6 +242,22 @@ impl CodeEditor {
     pub fn insert_prologue(&mut self, s: &Snippet) -> Result<()> {
         self.accept(s)?;
         self.prologue.extend_from_slice(s.bytes());
+        Ok(())
+    }
+
+    /// Adds a handler for every exception the original code lets escape: `s` runs with the exception on the
+    /// stack, then `athrow` rethrows it, unchanged (its stack trace too). The handler's range is the whole
+    /// original code (not the prologue) and comes last in the exception table, so the method's own handlers
+    /// catch first. It sees the added locals, typed as they were added (every stack map frame has them, so the
+    /// prologue must have set them), and none of the method's own. `throwable` is the Class entry of
+    /// java/lang/Throwable. Not for constructors, whose code before the super call has `this` uninitialized.
+    pub fn set_catch_all(&mut self, s: &Snippet, throwable: u16) -> Result<()> {
+        s.check()?;
+        self.extra_stack = self.extra_stack.max(s.max_stack() as u32 + 1);
+        self.epilogue.clear();
+        self.epilogue.extend_from_slice(s.bytes());
+        self.epilogue.push(ATHROW);
+        self.catch_all = Some(throwable);
         Ok(())
     }
 
@@ -329,7 +374,8 @@ impl CodeEditor {
     ) -> std::result::Result<(), EditError> {
         let bytes = code.code;
         let old_len = bytes.len() as u32;
-        let new_len = self.layout(bytes)?;
+        let code_end = self.layout(bytes)?;
+        let new_len = code_end + self.epilogue.len() as u32;
         if new_len > 65535 {
             return Err(EditError::Refused(Refusal::CodeTooLarge));
         }
@@ -390,8 +436,13 @@ impl CodeEditor {
             }
             pos += len;
         }
+        out.extend_from_slice(&self.epilogue);
         // Exception table.
-        put_u16(out, (code.exception_table.len() / 8) as u16);
+        let entries = code.exception_table.len() / 8 + self.catch_all.is_some() as usize;
+        if entries > 65535 {
+            return Err(EditError::Refused(Refusal::CodeTooLarge));
+        }
+        put_u16(out, entries as u16);
         for e in code.exception_entries() {
             let s = self.target(e.start as u32)?;
             let en = self.target(e.end as u32)?;
@@ -400,8 +451,30 @@ impl CodeEditor {
             put_u16(out, self.target(e.handler as u32)? as u16);
             put_u16(out, e.catch_type);
         }
-        // Attributes of the Code attribute.
-        put_u16(out, code.attributes.len() as u16);
+        if self.catch_all.is_some() {
+            put_u16(out, self.prologue.len() as u16);
+            put_u16(out, code_end as u16);
+            put_u16(out, code_end as u16);
+            put_u16(out, 0);
+        }
+        // Attributes of the Code attribute; a catch-all handler in a method without a StackMapTable brings one.
+        let has_stackmap = code.attributes.iter().any(|a| cp.utf8(a.name_index).is_ok_and(|n| n == b"StackMapTable"));
+        let new_stackmap = self.catch_all.is_some() && ctx.stackmaps && !has_stackmap;
+        put_u16(out, (code.attributes.len() + new_stackmap as usize) as u16);
+        if new_stackmap {
+            let name = cp.add_utf8("StackMapTable")?;
+            let mut body = std::mem::take(&mut self.attr_buf);
+            body.clear();
+            put_u16(&mut body, 0);
+            if let Err(e) = self.append_catch_all_frame(-1, code_end, &mut body) {
+                self.attr_buf = body;
+                return Err(e.into());
+            }
+            put_u16(out, name);
+            put_u32(out, body.len() as u32);
+            out.extend_from_slice(&body);
+            self.attr_buf = body;
+        }
         for a in &code.attributes {
             let name = cp.utf8(a.name_index)?;
             let kind = match name {
@@ -508,8 +581,39 @@ impl CodeEditor {
             };
             encode(&map, &mut reloc, out)
         });
+        let r = r.and_then(|_| {
+            if self.catch_all.is_none() {
+                return Ok(());
+            }
+            let last = match map.frames.last() {
+                Some(f) => self.target(f.offset)? as i64,
+                None => -1,
+            };
+            self.append_catch_all_frame(last, self.target_map[self.target_map.len() - 1], out)
+        });
         self.stackmap = map;
         r
+    }
+
+    /// Appends the catch-all handler's frame at `at` to the StackMapTable body `out` (whose entry count it
+    /// raises), after a frame at `prev` (-1: none): the method's own locals Top, the added ones as added,
+    /// the exception on the stack.
+    fn append_catch_all_frame(&self, prev: i64, at: u32, out: &mut Vec<u8>) -> Result<()> {
+        let Some(throwable) = self.catch_all else { return Ok(()) };
+        let too_many = || Error::new("too many frames or locals for the catch-all handler", at as usize);
+        let n = get_u16(out, 0)?.checked_add(1).ok_or_else(too_many)?;
+        out[..2].copy_from_slice(&n.to_be_bytes());
+        let delta = u16::try_from(at as i64 - prev - 1).map_err(|_| too_many())?;
+        let locals = u16::try_from(self.max_locals as usize + self.new_locals.len()).map_err(|_| too_many())?;
+        out.push(255);
+        put_u16(out, delta);
+        put_u16(out, locals);
+        out.extend(std::iter::repeat_n(0u8, self.max_locals as usize));
+        for t in &self.new_locals {
+            t.write(out)?;
+        }
+        put_u16(out, 1);
+        VType::Object(throwable).write(out)
     }
 
     fn write_line_numbers(&self, info: &[u8], out: &mut Vec<u8>) -> Result<()> {

@@ -54,7 +54,7 @@ impl VType {
         })
     }
 
-    fn write(self, out: &mut Vec<u8>) -> Result<()> {
+    pub(crate) fn write(self, out: &mut Vec<u8>) -> Result<()> {
         match self {
             VType::Top => out.push(0),
             VType::Integer => out.push(1),

@@ -59,6 +59,7 @@ struct Refs {
     handler: u16,
     spill: u16,
     site_field: u16,
+    throwable: u16,
     mute: u16,
     unmute: u16,
 }
@@ -114,6 +115,7 @@ impl ExactTransform {
             handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({s}{c})V")).map_err(full)?,
             spill: cp.add_methodref(RUNTIME_CLASS, "spill", &format!("({c}I)I")).map_err(full)?,
             site_field: cp.add_fieldref(STATE_CLASS, "site", "I").map_err(full)?,
+            throwable: cp.add_class("java/lang/Throwable").map_err(full)?,
             mute: cp.add_methodref(find, "mute", "()V").map_err(full)?,
             unmute: cp.add_methodref(find, "unmute", "()V").map_err(full)?,
         };
@@ -189,6 +191,37 @@ impl MethodTransform for ExactTransform {
             return self.edit_wrapper(m, editor, cp);
         }
         self.flow.analyse(m.code, self.config.max_path)?;
+        let handler_allowed =
+            m.name != b"<init>" && !Instructions::new(m.code.code).any(|i| i.is_ok_and(|i| i.opcode == MONITORENTER));
+        self.edit_counted(m, editor, cp, false)?;
+        if handler_allowed && editor.crosses_budget() {
+            // Handing the local count over at every call is what most often takes a method past the budget
+            // (HotSpot's HugeMethodLimit); a catch-all handler takes far fewer bytes.
+            editor.begin(m.code);
+            self.edit_counted(m, editor, cp, true)?;
+        }
+        Ok(())
+    }
+}
+
+impl ExactTransform {
+    /// The rewrite of a method with code, after [`Flow::analyse`]. bb=off counts blocks in an int local B,
+    /// not in the node (a store-to-load chain through the heap in every loop iteration otherwise); B goes to
+    /// the node at returns, and at loop headers once it is large (so that it cannot overflow, and a profile
+    /// written while the method runs lags little). What B holds when an exception leaves the method goes to
+    /// the node before every call and throw, so that only an implicit exception leaving the method loses the
+    /// blocks since its last call; or, with `catch_all`, in a catch-all handler that rethrows, which counts
+    /// those too and takes fewer bytes, but costs more time once compiled (B stays live, so spilled, across
+    /// every call; docs/BENCHMARKS.md): only for methods that would otherwise cross the byte budget, and
+    /// never in constructors (`this` is uninitialized before the super call) or methods with monitorenter
+    /// (a handler spanning different lock depths makes HotSpot's JIT refuse the method).
+    fn edit_counted(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+        catch_all: bool,
+    ) -> Result<(), EditError> {
         let refs = self.refs(cp)?;
         let bb = self.config.blocks;
         let fold_first = self.flow.first_runs_once();
@@ -232,16 +265,22 @@ impl MethodTransform for ExactTransform {
         editor.insert_prologue(s)?;
         let bytes = m.code.code;
         let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
-        // bb=off: blocks add to an int local B, not to the node (a store-to-load chain through the heap in
-        // every loop iteration otherwise); B goes to the node before every call (so that a callee's exception
-        // leaving this frame loses nothing counted), at returns and throws, and at loop headers once it is
-        // large (so that it cannot overflow, and a profile written while the method runs lags little).
         let local = !bb && self.flow.blocks.iter().enumerate().any(|(i, _)| !(i == 0 && fold_first));
         let pending = if local { editor.add_local(VType::Integer).map_err(EditError::Refused)? } else { 0 };
+        let catch_all = catch_all && local;
         if local {
             s.clear();
             s.op(ICONST_0).istore(pending);
             editor.insert_prologue(s)?;
+        }
+        if catch_all {
+            s.clear();
+            if leaf {
+                s.aload(node).iload(pending).invokestatic(cp, refs.count);
+            } else {
+                s.aload(state).aload(node).iload(pending).invokestatic(cp, refs.count_exit);
+            }
+            editor.set_catch_all(s, refs.throwable)?;
         }
         let mut insns = Instructions::new(bytes).peekable();
         for (i, b) in self.flow.blocks.iter().enumerate() {
@@ -284,8 +323,13 @@ impl MethodTransform for ExactTransform {
             while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
                 s.clear();
                 let call = is_invoke(insn.opcode);
-                let ends = is_return(insn.opcode) || insn.opcode == ATHROW;
-                if local && (call || (ends && !exit_at_start)) {
+                let flush = if is_return(insn.opcode) {
+                    !exit_at_start
+                } else {
+                    // With the catch-all handler, B stays in the local: a handler of this method sees it there.
+                    !catch_all && (call || (insn.opcode == ATHROW && !exit_at_start))
+                };
+                if local && flush {
                     // Hand B to the node. Returns of a method that calls restore the caller's node with it.
                     if is_return(insn.opcode) && !leaf {
                         s.aload(state).aload(node).iload(pending).invokestatic(cp, refs.count_exit);

@@ -253,6 +253,7 @@ impl Rewriter {
                 continue;
             };
             self.editor.begin(&code);
+            self.editor.set_budget(self.limits.budget);
             let input = MethodInput { class_name, index: i, name, descriptor, access_flags, code: &code };
             let cp = &mut class.constant_pool;
             let r = if policy.is_some() {

@@ -15,6 +15,10 @@ import jdk.internal.vm.annotation.ForceInline;
  *   each basic block:     iinc B, N                 (bb=on: aload C; ldc K; invokestatic Exact.block(CI)V, block K)
  *   loop headers:         aload C; iload B; invokestatic Exact.spill(CI)I; istore B            (bb=off)
  *   before calls, throws: aload C; iload B; invokestatic Exact.count(CI)V; iconst_0; istore B   (bb=off)
+ *   or, where that would take the method past the byte budget, a catch-all handler instead (appended, over
+ *                         the whole original code, last in the exception table; not in constructors and
+ *                         methods with monitorenter):
+ *                         aload S; aload C; iload B; invokestatic Exact.countExit(SCI)V; athrow
  *   exception handlers:   aload S; aload C; invokestatic Exact.handler(SC)V       (before the block's helper)
  *   before calls, new:    aload S; ldc BCI; putfield S.site                        (callsite=on)
  *   before each return:   aload S; aload C; iload B; invokestatic Exact.countExit(SCI)V
@@ -35,7 +39,10 @@ import jdk.internal.vm.annotation.ForceInline;
  * store-to-load chain through memory into every loop iteration); ID the method's id, N a block's bytecode
  * count (the prologue counts the first block when nothing jumps back to it), BCI the call's offset in the
  * original method. An implicit exception (a null dereference, say) that leaves the method loses what B
- * holds: a block is counted at its start, so only the blocks since the last call or throw.
+ * holds: a block is counted at its start, so only the blocks since the last call or throw. The catch-all
+ * handler, where there is one, hands B to C whatever leaves the method (the method's own handlers see B in
+ * the local) and rethrows the same exception: fewer bytes, but B stays live (so spilled) across every call
+ * once compiled, which costs more than the hand-over.
  *
  * <p>The current node is kept without instrumenting exceptional exits, like bytecode mode's depth:
  * {@code enter} takes the node {@code cur} the caller left and the callsite it wrote, finds or creates the
