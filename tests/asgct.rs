@@ -132,7 +132,9 @@ fn two_busy_threads_split_2_to_1_and_the_sleeper_gets_nothing() {
             jdk.label(),
             100.0 * p1 / total
         );
-        assert!(ps <= 2.0, "{}: the sleeping thread got {ps} samples", jdk.label());
+        // The sleeper runs only to start, sleep and end (its thread exit can spin on a contended monitor when
+        // the machine is loaded): ~0 of the samples, where sampling wall time would give it a third.
+        assert!(100.0 * ps / total <= 0.5, "{}: the sleeping thread got {ps} of {total} samples", jdk.label());
     });
 }
 

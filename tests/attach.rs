@@ -503,11 +503,20 @@ fn attach_in_bytecode_mode_rewrites_loaded_classes_and_stop_restores_them() {
         let handled = count_where(&stacks, |s| has_frame(s, "kprof.harness.Service.handle(long)long"));
         assert!(handled > 100, "{}: {handled} samples in Service.handle", jdk.label());
 
-        // After stop the classes are retransformed back: the service returns to its speed.
-        wait_reports(&service, stopped.duration_since(t) + Duration::from_secs(9));
-        let end = Instant::now();
-        let (after, _, n) = rate_between(&service, end - Duration::from_millis(3100), end);
-        assert!(n >= 4, "too few reports after stop: {n}");
+        // After stop the classes are retransformed back: the service returns to its speed once the JIT has
+        // compiled the original code again, which takes longer while other tests load the machine: the
+        // speed of a 3-second window must come back within 30 seconds (rewritten code runs at half of it).
+        let mut waited = Duration::from_secs(9);
+        let after = loop {
+            wait_reports(&service, stopped.duration_since(t) + waited);
+            let end = Instant::now();
+            let (after, _, n) = rate_between(&service, end - Duration::from_millis(3100), end);
+            assert!(n >= 4, "too few reports after stop: {n}");
+            if after >= 0.85 * before || waited >= Duration::from_secs(30) {
+                break after;
+            }
+            waited += Duration::from_secs(3);
+        };
         assert_still_reporting(&service, pid, stopped);
         assert!(after >= 0.85 * before, "{}: after stop {after:.0} ops/cpu-s, before {before:.0}", jdk.label());
     });
