@@ -188,11 +188,12 @@ impl CodeEditor {
         self.budget = budget;
     }
 
-    /// True when the edits so far take code within the budget past it, so that `finish` will refuse them
-    /// (switch padding aside, which can add 3 bytes per switch): a transform may then try a smaller edit.
-    pub fn crosses_budget(&self) -> bool {
+    /// True when the edits so far may take code within the budget past it, so that `finish` would refuse
+    /// them: a transform may then try a smaller edit. `switches` is the number of switch instructions, whose
+    /// padding can grow by up to 3 bytes each.
+    pub fn crosses_budget(&self, switches: usize) -> bool {
         let len = self.code_len as usize + self.prologue.len() + self.inserted.len() + self.epilogue.len();
-        self.code_len <= self.budget && len > self.budget as usize
+        self.code_len <= self.budget && len + 3 * switches > self.budget as usize
     }
 
     pub fn max_locals(&self) -> u16 {

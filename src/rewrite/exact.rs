@@ -191,10 +191,14 @@ impl MethodTransform for ExactTransform {
             return self.edit_wrapper(m, editor, cp);
         }
         self.flow.analyse(m.code, self.config.max_path)?;
-        let handler_allowed =
-            m.name != b"<init>" && !Instructions::new(m.code.code).any(|i| i.is_ok_and(|i| i.opcode == MONITORENTER));
+        let (mut monitors, mut switches) = (false, 0);
+        for insn in Instructions::new(m.code.code).flatten() {
+            monitors |= insn.opcode == MONITORENTER;
+            switches += matches!(insn.opcode, TABLESWITCH | LOOKUPSWITCH) as usize;
+        }
+        let handler_allowed = m.name != b"<init>" && !monitors;
         self.edit_counted(m, editor, cp, false)?;
-        if handler_allowed && editor.crosses_budget() {
+        if handler_allowed && editor.crosses_budget(switches) {
             // Handing the local count over at every call is what most often takes a method past the budget
             // (HotSpot's HugeMethodLimit); a catch-all handler takes far fewer bytes.
             editor.begin(m.code);
