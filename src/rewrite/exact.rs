@@ -59,7 +59,6 @@ struct Refs {
     handler: u16,
     spill: u16,
     site_field: u16,
-    throwable: u16,
     mute: u16,
     unmute: u16,
 }
@@ -115,7 +114,6 @@ impl ExactTransform {
             handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({s}{c})V")).map_err(full)?,
             spill: cp.add_methodref(RUNTIME_CLASS, "spill", &format!("({c}I)I")).map_err(full)?,
             site_field: cp.add_fieldref(STATE_CLASS, "site", "I").map_err(full)?,
-            throwable: cp.add_class("java/lang/Throwable").map_err(full)?,
             mute: cp.add_methodref(find, "mute", "()V").map_err(full)?,
             unmute: cp.add_methodref(find, "unmute", "()V").map_err(full)?,
         };
@@ -284,7 +282,9 @@ impl ExactTransform {
             } else {
                 s.aload(state).aload(node).iload(pending).invokestatic(cp, refs.count_exit);
             }
-            editor.set_catch_all(s, refs.throwable)?;
+            let throwable =
+                cp.add_class("java/lang/Throwable").map_err(|_| EditError::Refused(Refusal::ConstantPoolFull))?;
+            editor.set_catch_all(s, throwable)?;
         }
         let mut insns = Instructions::new(bytes).peekable();
         for (i, b) in self.flow.blocks.iter().enumerate() {
