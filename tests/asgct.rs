@@ -135,6 +135,10 @@ fn two_busy_threads_split_2_to_1_and_the_sleeper_gets_nothing() {
         // The sleeper runs only to start, sleep and end (its thread exit can spin on a contended monitor when
         // the machine is loaded): ~0 of the samples, where sampling wall time would give it a third.
         assert!(100.0 * ps / total <= 0.5, "{}: the sleeping thread got {ps} of {total} samples", jdk.label());
+        // And none while it sleeps (a wall-clock sampler would put all of its share there); one at most, for
+        // the microseconds of CPU time that Thread.sleep's own Java code takes.
+        let asleep = count_where(&stacks, |s| s[0] == "[thread sleeper]" && has_frame(s, "java.lang.Thread.sleep"));
+        assert!(asleep <= 1, "{}: {asleep} samples of the sleeper inside Thread.sleep", jdk.label());
     });
 }
 

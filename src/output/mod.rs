@@ -107,7 +107,7 @@ pub fn read_profile(path: &Path) -> Result<Profile, String> {
 }
 
 /// Writes `profile` in `format` to `path` atomically, as [`render`] would make it; collapsed stacks go to
-/// the file as they are made (see [`collapsed::write`]).
+/// the file as they are made (see [`collapsed::Lines`]).
 pub fn write_profile(path: &Path, profile: &Profile, format: Format, metric: Metric) -> std::io::Result<PathBuf> {
     match format {
         Format::Collapsed => {
