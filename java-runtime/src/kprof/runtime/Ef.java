@@ -1,5 +1,6 @@
 package kprof.runtime;
 
+import jdk.internal.vm.annotation.DontInline;
 import jdk.internal.vm.annotation.ForceInline;
 
 /**
@@ -21,14 +22,14 @@ public final class Ef {
         return s != null ? s : Exact.attach();
     }
 
-    /** {@link Exact#enterLeaf}. */
-    @ForceInline
+    /** {@link Exact#enterLeaf} (a real call, as there). */
+    @DontInline
     public static ExactNode enterLeaf(int method, int n) {
         return Exact.leaf(state(), method, n);
     }
 
-    /** {@link Exact#enterLeafBlocks}. */
-    @ForceInline
+    /** {@link Exact#enterLeafBlocks} (a real call, as there). */
+    @DontInline
     public static ExactNode enterLeafBlocks(int method, int blocks) {
         return Exact.called(state(), method, blocks);
     }

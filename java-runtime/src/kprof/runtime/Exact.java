@@ -56,9 +56,10 @@ import jdk.internal.vm.annotation.ForceInline;
  * writes the profile (then as the difference to what was merged before).
  *
  * <p>Everything here is leaf code: no allocation on the fast paths (a new node allocates its array, once
- * per context and thread), no JDK calls that could be rewritten. Fast paths are {@code @ForceInline},
- * slow paths {@code @DontInline}. While profiling is off, every thread gets {@link #OFF}, whose node
- * is {@link #DUMMY}.
+ * per context and thread), no JDK calls that could be rewritten. Fast paths are {@code @ForceInline}
+ * but for the prologues ({@link #enter}, {@link #enterLeaf}: one real call per invocation, which measured
+ * faster than their code inlined everywhere), slow paths {@code @DontInline}. While profiling is off,
+ * every thread gets {@link #OFF}, whose node is {@link #DUMMY}.
  */
 public final class Exact {
     /** Set by the agent once the runtime is ready; cleared when profiling stops. */
@@ -92,8 +93,12 @@ public final class Exact {
     }
 
     /** Prologue, second: this method's node under the caller's node and callsite; counts the call and the
-     *  first block's {@code n} bytecodes. Leaves {@code cur} = the node for callees. */
-    @ForceInline
+     *  first block's {@code n} bytecodes. Leaves {@code cur} = the node for callees.
+     *
+     *  <p>A real call, deliberately: inlined into every rewritten method (and into everything the JIT
+     *  inlines those into) the lookup made the compiled code larger and the JIT slower, by more than the
+     *  call costs (docs/BENCHMARKS.md, 2026-11-24). */
+    @DontInline
     public static ExactNode enter(ExactState s, int method, int n) {
         ExactNode c = called(s, method, 0);
         c.bytecodes += n;
@@ -104,8 +109,8 @@ public final class Exact {
     }
 
     /** {@link #enter} with {@code bb=on}: the node has {@code blocks} block counters; bytecodes are
-     *  computed from them when the tree is written. */
-    @ForceInline
+     *  computed from them when the tree is written. A real call, as {@link #enter}. */
+    @DontInline
     public static ExactNode enterBlocks(ExactState s, int method, int blocks) {
         ExactNode c = called(s, method, blocks);
         if (c != DUMMY && c != s.overflow) {
@@ -114,8 +119,9 @@ public final class Exact {
         return c;
     }
 
-    /** Prologue of a leaf method (no calls, no {@code new}): its node; the current node stays the caller's. */
-    @ForceInline
+    /** Prologue of a leaf method (no calls, no {@code new}): its node; the current node stays the caller's.
+     *  A real call, as {@link #enter}. */
+    @DontInline
     public static ExactNode enterLeaf(int method, int n) {
         return leaf(current(), method, n);
     }
@@ -129,7 +135,7 @@ public final class Exact {
     }
 
     /** {@link #enterLeaf} with {@code bb=on}. */
-    @ForceInline
+    @DontInline
     public static ExactNode enterLeafBlocks(int method, int blocks) {
         return called(current(), method, blocks);
     }
