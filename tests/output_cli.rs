@@ -161,3 +161,32 @@ fn bad_input_gives_one_line_errors() {
     }
     assert!(Path::new(&good).exists());
 }
+
+/// `kprof timer-cost` runs the agent's perf timer on a native loop and reports the platform's cost of a
+/// signal: one line of key=value pairs, the rate near the interval's (the cost itself is the benchmark's).
+#[test]
+fn timer_cost_reports_the_signal_rate_and_cost() {
+    let r = kprof(&["timer-cost", "--interval", "1ms", "--runs", "1", "--seconds", "0.4"]);
+    if r.code == 1 && r.stderr.contains("perf_event_open") {
+        eprintln!("perf refused here, skipped: {}", r.stderr);
+        return;
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let line = r.stdout.trim();
+    assert!(line.starts_with("timer-cost: timer=perf interval_ns=1000000 runs=1 "), "{line}");
+    let field = |k: &str| -> f64 {
+        let v = line
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} in {line}"));
+        v.trim_end_matches('%').parse().unwrap_or_else(|_| panic!("{k}={v}"))
+    };
+    let rate = field("signals_per_cpu_s");
+    assert!((800.0..=1100.0).contains(&rate), "{line}");
+    assert!(field("base_ms") > 100.0 && field("timed_ms") > 100.0, "{line}");
+    field("us_per_signal");
+    field("overhead");
+    let r = kprof(&["timer-cost", "--timer", "auto"]);
+    assert_eq!((r.code, r.stderr.lines().count()), (2, 1), "{}", r.stderr);
+    assert!(r.stderr.contains("--timer 'auto': accepted: perf, ctimer, itimer"), "{}", r.stderr);
+}

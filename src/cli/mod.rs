@@ -5,6 +5,7 @@ pub mod attach;
 pub mod compare;
 pub mod report;
 pub mod rewrite;
+pub mod timer_cost;
 
 const USAGE: &str = "\
 usage: kprof COMMAND [ARGS]
@@ -19,6 +20,7 @@ commands:
   stop PID [--copy-to DIR]                                   stop and write the profile
   dump PID [file=PATH] [--copy-to DIR]                       write the profile now, keep running
   status PID                                                 state, mode, samples, files of the agent
+  timer-cost [--interval D] [--timer T] [--runs N]           what a sampling signal costs on this machine
   help                                                       this text
 
 The agent: java -agentpath:/path/to/libkprof.so=help";
@@ -37,12 +39,13 @@ pub fn main(args: &[String]) -> i32 {
         "list" => attach::list_main(rest),
         "attach" => attach::attach_main(rest),
         "start" | "stop" | "dump" | "status" => attach::control_main(cmd, rest),
+        "timer-cost" => timer_cost::main(rest),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
             0
         }
         other => {
-            eprintln!("kprof: unknown command '{other}' (accepted: rewrite, report, compare, list, attach, start, stop, dump, status, help)");
+            eprintln!("kprof: unknown command '{other}' (accepted: rewrite, report, compare, list, attach, start, stop, dump, status, timer-cost, help)");
             2
         }
     }

@@ -5,6 +5,7 @@
 //! sample to the CCT. The handler allocates nothing, takes no lock and calls nothing but
 //! AsyncGetCallTrace and `gettid`.
 
+pub mod floor;
 pub mod threads;
 pub mod timer;
 
