@@ -144,19 +144,7 @@ fn stop(running: Running) {
 }
 
 fn install_counting_handler() -> Result<(), String> {
-    // SAFETY: a zeroed sigaction is valid; we fill handler, flags and an empty mask.
-    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-    sa.sa_sigaction = counting_handler as *const () as usize;
-    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    // SAFETY: valid pointers; the handler only touches atomics and the perf ring, all async-signal-safe.
-    let rc = unsafe {
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(timer::SIGNAL, &sa, std::ptr::null_mut())
-    };
-    if rc != 0 {
-        return Err(format!("sigaction(SIGPROF): {}", std::io::Error::last_os_error()));
-    }
-    Ok(())
+    timer::install_handler(counting_handler).map_err(|e| format!("sigaction(SIGPROF): {e}"))
 }
 
 #[cfg(test)]

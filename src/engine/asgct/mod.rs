@@ -435,17 +435,5 @@ extern "C" fn handler(_sig: libc::c_int, info: *mut libc::siginfo_t, ucontext: *
 }
 
 fn install_handler() -> Result<(), String> {
-    // SAFETY: a zeroed sigaction is valid; we fill handler, flags and an empty mask.
-    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-    sa.sa_sigaction = handler as *const () as usize;
-    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    // SAFETY: valid pointers; SIGPROF is not used by the JVM.
-    let rc = unsafe {
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(timer::SIGNAL, &sa, std::ptr::null_mut())
-    };
-    if rc != 0 {
-        return Err(format!("sigaction(SIGPROF): {}", std::io::Error::last_os_error()));
-    }
-    Ok(())
+    timer::install_handler(handler).map_err(|e| format!("sigaction(SIGPROF): {e}"))
 }

@@ -214,6 +214,27 @@ pub fn itimer_set(period_ns: Option<u64>) -> io::Result<()> {
     Ok(())
 }
 
+/// A handler for [`SIGNAL`] as the kernel calls it with `SA_SIGINFO`.
+pub type SignalHandler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+
+/// Installs `handler` for [`SIGNAL`], with `SA_RESTART` so that interrupted system calls of the
+/// application resume, and no signals blocked while it runs (it must be async-signal-safe).
+pub fn install_handler(handler: SignalHandler) -> io::Result<()> {
+    // SAFETY: a zeroed sigaction is valid; we fill handler, flags and an empty mask.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = handler as usize;
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: valid pointers; SIGPROF is not used by the JVM, and `handler` has the SA_SIGINFO signature.
+    let rc = unsafe {
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(SIGNAL, &sa, std::ptr::null_mut())
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn timespec(ns: u64) -> libc::timespec {
     libc::timespec { tv_sec: (ns / 1_000_000_000) as _, tv_nsec: (ns % 1_000_000_000) as _ }
 }
