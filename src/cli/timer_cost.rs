@@ -41,26 +41,24 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                     _ => return Err(format!("--timer '{v}': accepted: perf, ctimer, itimer")),
                 };
             }
-            "--seconds" => {
-                let v = value()?;
-                a.seconds = v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| (0.05..=600.0).contains(s))
-                    .ok_or(format!("--seconds '{v}': accepted: 0.05 to 600"))?;
-            }
-            "--runs" => {
-                let v = value()?;
-                a.runs = v
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=1000).contains(n))
-                    .ok_or(format!("--runs '{v}': accepted: 1 to 1000"))?;
-            }
+            "--seconds" => a.seconds = in_range(key, &value()?, 0.05..=600.0)?,
+            "--runs" => a.runs = in_range(key, &value()?, 1..=1000)?,
             other => return Err(format!("unknown option '{other}'")),
         }
     }
     Ok(a)
+}
+
+/// `value` parsed as a number within `range`, or the one-line error naming `key` and the range.
+fn in_range<T>(key: &str, value: &str, range: std::ops::RangeInclusive<T>) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display,
+{
+    value.parse::<T>().ok().filter(|v| range.contains(v)).ok_or(format!(
+        "{key} '{value}': accepted: {} to {}",
+        range.start(),
+        range.end()
+    ))
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
