@@ -51,6 +51,11 @@ impl TimerKind {
             TimerKind::Itimer => "itimer",
         }
     }
+
+    /// The timer called `name` (the inverse of [`TimerKind::name`]).
+    pub fn from_name(name: &str) -> Option<TimerKind> {
+        [TimerKind::Auto, TimerKind::Perf, TimerKind::Ctimer, TimerKind::Itimer].into_iter().find(|k| k.name() == name)
+    }
 }
 
 /// One output file: where and in which format.
@@ -295,13 +300,8 @@ impl Options {
                     }
                 }
                 "timer" => {
-                    o.timer = match need()? {
-                        "auto" => TimerKind::Auto,
-                        "perf" => TimerKind::Perf,
-                        "ctimer" => TimerKind::Ctimer,
-                        "itimer" => TimerKind::Itimer,
-                        v => return Err(bad(key, v)),
-                    }
+                    let v = need()?;
+                    o.timer = TimerKind::from_name(v).ok_or_else(|| bad(key, v))?;
                 }
                 "file" => paths.push(need()?.to_string()),
                 "format" => {

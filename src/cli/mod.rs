@@ -50,3 +50,11 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    /// Owned arguments, as `main` takes them.
+    pub fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+}

@@ -34,12 +34,10 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             }
             "--timer" => {
                 let v = value()?;
-                a.timer = match v.as_str() {
-                    "perf" => TimerKind::Perf,
-                    "ctimer" => TimerKind::Ctimer,
-                    "itimer" => TimerKind::Itimer,
-                    _ => return Err(format!("--timer '{v}': accepted: perf, ctimer, itimer")),
-                };
+                // Not auto: the measurement is of one named timer.
+                a.timer = TimerKind::from_name(&v)
+                    .filter(|&k| k != TimerKind::Auto)
+                    .ok_or(format!("--timer '{v}': accepted: perf, ctimer, itimer"))?;
             }
             "--seconds" => a.seconds = in_range(key, &value()?, 0.05..=600.0)?,
             "--runs" => a.runs = in_range(key, &value()?, 1..=1000)?,
@@ -117,10 +115,7 @@ pub fn main(args: &[String]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn strings(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::cli::tests::strings;
 
     #[test]
     fn parses_options_in_both_spellings() {
