@@ -161,7 +161,13 @@ pub fn run_java(jdk: &Jdk, agent: Option<&str>, jvm_args: &[&str], main: &str, a
 }
 
 /// Runs `cmd`, killing it after `limit`.
-pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Run {
+pub fn run_with_timeout(cmd: Command, limit: Duration) -> Run {
+    run_with_timeout_or(cmd, limit, String::new)
+}
+
+/// [`run_with_timeout`], with `diagnose()` (what the caller can tell about why the command hangs) in the
+/// failure message of a timeout, taken before the command is killed.
+pub fn run_with_timeout_or(mut cmd: Command, limit: Duration, diagnose: impl FnOnce() -> String) -> Run {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn");
     let stdout = child.stdout.take().unwrap();
@@ -174,9 +180,10 @@ pub fn run_with_timeout(mut cmd: Command, limit: Duration) -> Run {
             break s;
         }
         if start.elapsed() > limit {
+            let diagnosis = diagnose();
             let _ = child.kill();
             let s = child.wait().expect("wait");
-            panic!("timed out after {limit:?}: {cmd:?} ({s:?})");
+            panic!("timed out after {limit:?}: {cmd:?} ({s:?}){diagnosis}");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -370,7 +377,24 @@ pub fn kprof_at(bin: &Path, user: Option<u32>, args: &[&str]) -> Run {
         None => Command::new(bin),
     };
     cmd.args(args);
-    run_with_timeout(cmd, Duration::from_secs(120))
+    // `kprof SUBCOMMAND PID ...`: a command that hangs waits for that JVM, whose threads then tell why.
+    let target = args.get(1).and_then(|a| a.parse::<u32>().ok());
+    run_with_timeout_or(cmd, Duration::from_secs(120), || target.map(native_stacks).unwrap_or_default())
+}
+
+/// Every thread's native stack in process `pid` (gdb, which scripts/install-test-deps installs), for the
+/// message of a test that timed out waiting for it.
+pub fn native_stacks(pid: u32) -> String {
+    let mut gdb = Command::new("timeout");
+    gdb.args(["60", "gdb", "-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt 30"]);
+    match gdb.output() {
+        Ok(o) => format!(
+            "\nnative stacks of pid {pid}:\n{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => format!("\n(no native stacks of pid {pid}: gdb: {e})"),
+    }
 }
 
 /// The median of `values` (NaN if empty).
