@@ -173,27 +173,46 @@ fn profile_is_written_on_return_system_exit_and_uncaught_exception() {
 #[test]
 fn profile_is_written_on_sigterm_and_sigint() {
     use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     for_each_jdk(|jdk| {
         let dir = scratch(&format!("signal-{}", jdk.label()));
         for (sig, name) in [(libc::SIGTERM, "term"), (libc::SIGINT, "int")] {
             let file = dir.join(format!("{name}.collapsed"));
-            let mut child = Command::new(jdk.java())
-                .arg(format!("-agentpath:{}=interval=1ms,file={}", agent_lib().display(), file.display()))
+            let mut cmd = Command::new(jdk.java());
+            cmd.arg(format!("-agentpath:{}=interval=1ms,file={}", agent_lib().display(), file.display()))
                 .arg("-cp")
                 .arg(harness_classes())
                 .args(["kprof.harness.ExitPaths", "wait"])
                 .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
+                .stderr(Stdio::piped());
+            // A JVM leaves a shutdown signal alone that it inherits ignored (as a shell's background job
+            // inherits SIGINT): the child gets the default dispositions, whatever started the tests.
+            // SAFETY: signal() is async-signal-safe, so it may run between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGINT, libc::SIG_DFL);
+                    libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                    Ok(())
+                });
+            }
+            let mut child = cmd.spawn().unwrap();
             let mut line = String::new();
             BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
             assert_eq!(line.trim(), "ready");
             std::thread::sleep(std::time::Duration::from_millis(300));
+            let pid = child.id() as i32;
             // SAFETY: sending a signal to our own child process.
-            unsafe { libc::kill(child.id() as i32, sig) };
-            let out = child.wait_with_output().unwrap();
+            unsafe { libc::kill(pid, sig) };
+            let (done, exited) = std::sync::mpsc::channel();
+            std::thread::spawn(move || done.send(child.wait_with_output()));
+            let Ok(out) = exited.recv_timeout(std::time::Duration::from_secs(60)) else {
+                let stacks = native_stacks(pid as u32);
+                // SAFETY: our own child, which has not been reaped (its waiter is still waiting).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("{name}: the JVM still runs 60 s after the signal{stacks}");
+            };
+            let out = out.unwrap();
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(stderr.contains("kprof: mode=asgct"), "{name}: no summary: {stderr}");
             assert_profile_of_exit_paths(&file);
