@@ -201,19 +201,16 @@ fn profile_is_written_on_sigterm_and_sigint() {
             BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
             assert_eq!(line.trim(), "ready");
             std::thread::sleep(std::time::Duration::from_millis(300));
-            let pid = child.id() as i32;
+            let pid = child.id();
             // SAFETY: sending a signal to our own child process.
-            unsafe { libc::kill(pid, sig) };
-            let (done, exited) = std::sync::mpsc::channel();
-            std::thread::spawn(move || done.send(child.wait_with_output()));
-            let Ok(out) = exited.recv_timeout(std::time::Duration::from_secs(60)) else {
-                let stacks = native_stacks(pid as u32);
-                // SAFETY: our own child, which has not been reaped (its waiter is still waiting).
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                panic!("{name}: the JVM still runs 60 s after the signal{stacks}");
-            };
-            let out = out.unwrap();
-            let stderr = String::from_utf8_lossy(&out.stderr);
+            unsafe { libc::kill(pid as i32, sig) };
+            let out = wait_within(
+                child,
+                &format!("{name}: the JVM after the signal"),
+                std::time::Duration::from_secs(60),
+                || native_stacks(pid),
+            );
+            let stderr = &out.stderr;
             assert!(stderr.contains("kprof: mode=asgct"), "{name}: no summary: {stderr}");
             assert_profile_of_exit_paths(&file);
         }

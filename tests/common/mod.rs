@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// One installed JDK.
@@ -166,14 +166,21 @@ pub fn run_with_timeout(cmd: Command, limit: Duration) -> Run {
 }
 
 /// [`run_with_timeout`], with `diagnose()` (what the caller can tell about why the command hangs) in the
-/// failure message of a timeout, taken before the command is killed.
+/// failure message of a timeout.
 pub fn run_with_timeout_or(mut cmd: Command, limit: Duration, diagnose: impl FnOnce() -> String) -> Run {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn");
-    let stdout = child.stdout.take().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let out_t = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap_or_default());
-    let err_t = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let child = cmd.spawn().expect("spawn");
+    wait_within(child, &format!("{cmd:?}"), limit, diagnose)
+}
+
+/// Waits for `child` (what it has left of its piped output read to the end), killing it after `limit`
+/// and failing with `what` and `diagnose()`, taken before the kill.
+pub fn wait_within(mut child: Child, what: &str, limit: Duration, diagnose: impl FnOnce() -> String) -> Run {
+    let read_all = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || pipe.and_then(|p| std::io::read_to_string(p).ok()).unwrap_or_default())
+    };
+    let out_t = read_all(child.stdout.take().map(|p| Box::new(p) as _));
+    let err_t = read_all(child.stderr.take().map(|p| Box::new(p) as _));
     let start = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait") {
@@ -183,7 +190,7 @@ pub fn run_with_timeout_or(mut cmd: Command, limit: Duration, diagnose: impl FnO
             let diagnosis = diagnose();
             let _ = child.kill();
             let s = child.wait().expect("wait");
-            panic!("timed out after {limit:?}: {cmd:?} ({s:?}){diagnosis}");
+            panic!("timed out after {limit:?}: {what} ({s:?}){diagnosis}");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
