@@ -136,7 +136,7 @@ impl MethodTable {
         self.lock().names.get(id as usize).cloned()
     }
 
-    /// The blocks recorded for `id` (exact mode, `bb=on`).
+    /// The blocks recorded for `id` (exact mode).
     pub fn blocks(&self, id: u32) -> Option<Arc<MethodBlocks>> {
         self.lock().blocks.get(id as usize).cloned().flatten()
     }

@@ -6,7 +6,7 @@
 
 use super::{runtime_class, thread_root, RewritingEngine};
 use crate::cct::{NodeId, ROOT};
-use crate::frame::FrameId;
+use crate::frame::{FrameId, Pseudo};
 use crate::jvmti::bindings::*;
 use crate::jvmti::Jni;
 use crate::options::Mode;
@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The method id of a thread's overflow node (`kprof.runtime.Exact.OVERFLOW_KEY`): invocations counted after the
-/// runtime's node budget was spent, filed under the CCT's overflow node.
+/// runtime's node budget was spent, filed under a `[cct_overflow]` node below the thread's root (`threads=on`) or
+/// the CCT's overflow node.
 const OVERFLOW_METHOD: u32 = u32::MAX;
 
 /// What exact mode has merged into the CCT: totals and the block counts per node.
@@ -115,6 +116,15 @@ fn block_counts(blocks: &MethodBlocks, calls: u64, counters: &[i64]) -> (u64, Ve
     (weight, out)
 }
 
+/// Bytecodes of a method's first block when the prologue counts it by counting the call (bb=off: the node's
+/// bytecode counter leaves it out), else 0.
+fn first_block_bytecodes(blocks: &MethodBlocks) -> u64 {
+    match blocks.spans.first() {
+        Some(first) if blocks.first_counted_by_calls => first.insns as u64,
+        _ => 0,
+    }
+}
+
 /// `Exact.merge(int n, int[] parents, long[] keys, long[] counts, int[] cctNodes)`: see `Exact.java`.
 ///
 /// # Safety
@@ -164,7 +174,10 @@ unsafe extern "C" fn merge(
         };
         if map[i] == 0 {
             let callsite = if callsites { (key >> 32) as i32 } else { -1 };
-            let node = if parent == 0 || parent == cct.overflow() || method == OVERFLOW_METHOD {
+            let node = if method == OVERFLOW_METHOD {
+                // Below the thread's root (threads=on), else the CCT's own overflow node.
+                cct.child(root, FrameId::pseudo(Pseudo::Overflow), -1).unwrap_or(cct.overflow())
+            } else if parent == 0 || parent == cct.overflow() {
                 cct.overflow()
             } else {
                 cct.child(parent, FrameId::method(method), callsite).unwrap_or(cct.overflow())
@@ -172,19 +185,20 @@ unsafe extern "C" fn merge(
             map[i] = node as i32;
         }
         let node = map[i] as NodeId;
-        let layout = if bb && method != OVERFLOW_METHOD {
+        let layout = if method != OVERFLOW_METHOD {
             layouts.entry(method).or_insert_with(|| engine.methods.blocks(method)).clone()
         } else {
             None
         };
         let weight = match layout {
-            Some(layout) => {
+            Some(layout) if bb => {
                 let (weight, blocks) = block_counts(&layout, calls, counters);
                 if blocks.iter().any(|&b| b > 0) {
                     new_blocks.push((node, blocks));
                 }
                 weight
             }
+            Some(layout) => bytecodes + calls * first_block_bytecodes(&layout),
             None => bytecodes,
         };
         if calls == 0 && weight == 0 {
@@ -193,7 +207,7 @@ unsafe extern "C" fn merge(
         cct.add_calls(node, calls, weight);
         total_calls += calls;
         total_bytecodes += weight;
-        if node == cct.overflow() {
+        if node == cct.overflow() || method == OVERFLOW_METHOD {
             overflow_calls += calls;
         }
     }

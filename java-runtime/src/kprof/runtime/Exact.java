@@ -37,8 +37,8 @@ import jdk.internal.vm.annotation.ForceInline;
  * where S is the thread's {@link ExactState}, C the invocation's {@link ExactNode} and B the bytecodes counted
  * but not yet added to C, all new locals (B: a register in compiled code, where a counter in C would put a
  * store-to-load chain through memory into every loop iteration); ID the method's id, N a block's bytecode
- * count (the prologue counts the first block when nothing jumps back to it), BCI the call's offset in the
- * original method. An implicit exception (a null dereference, say) that leaves the method loses what B
+ * count (the prologue's N: the first block's, when nothing jumps back to it, which the agent counts as calls
+ * times N), BCI the call's offset in the original method. An implicit exception (a null dereference, say) that leaves the method loses what B
  * holds: a block is counted at its start, so only the blocks since the last call or throw. The catch-all
  * handler, where there is one, hands B to C whatever leaves the method (the method's own handlers see B in
  * the local) and rethrows the same exception: fewer bytes, but B stays live (so spilled) across every call
@@ -80,9 +80,10 @@ public final class Exact {
     private static final Object LOCK = new Object();
     private static final int INITIAL_NODES = 1024;
     static final long OVERFLOW_KEY = ExactState.OVERFLOW_KEY;
-    /** Heap bytes a node costs: the object, its slots in the node array and its parent's table of children,
-     *  and its share of the arrays a merge builds. */
-    private static final long BYTES_PER_NODE = 200;
+    /** Heap bytes a node costs: the object (104), its slots in the node array and in its parent's tables of
+     *  children (up to 16 slots, with the tables it outgrew and the array's doubling), and its share of the
+     *  arrays a merge builds (40). */
+    private static final long BYTES_PER_NODE = 240;
 
     private Exact() {}
 
@@ -92,8 +93,11 @@ public final class Exact {
         return current();
     }
 
-    /** Prologue, second: this method's node under the caller's node and callsite; counts the call and the
-     *  first block's {@code n} bytecodes. Leaves {@code cur} = the node for callees.
+    /** Prologue, second: this method's node under the caller's node and callsite; counts the call. The
+     *  first block's {@code n} bytecodes (when it runs once per call) are not added to the node: the agent
+     *  knows {@code n} and adds calls times {@code n} when it merges, saving a read-modify-write per call;
+     *  but for the overflow node, whose calls come from many methods. Leaves {@code cur} = the node for
+     *  callees.
      *
      *  <p>A real call, deliberately: inlined into every rewritten method (and into everything the JIT
      *  inlines those into) the lookup made the compiled code larger and the JIT slower, by more than the
@@ -101,9 +105,13 @@ public final class Exact {
     @DontInline
     public static ExactNode enter(ExactState s, int method, int n) {
         ExactNode c = called(s, method, 0);
-        c.bytecodes += n;
-        if (c != DUMMY && c != s.overflow) {
-            s.cur = c.id;
+        if (c != DUMMY) {
+            if (c != s.overflow) {
+                s.cur = c.id;
+                s.curKids = c.kids;
+            } else {
+                c.bytecodes += n;
+            }
         }
         return c;
     }
@@ -115,6 +123,7 @@ public final class Exact {
         ExactNode c = called(s, method, blocks);
         if (c != DUMMY && c != s.overflow) {
             s.cur = c.id;
+            s.curKids = c.kids;
         }
         return c;
     }
@@ -130,7 +139,9 @@ public final class Exact {
     @ForceInline
     static ExactNode leaf(ExactState s, int method, int n) {
         ExactNode c = called(s, method, 0);
-        c.bytecodes += n;
+        if (c == s.overflow) {
+            c.bytecodes += n;
+        }
         return c;
     }
 
@@ -209,6 +220,7 @@ public final class Exact {
     private static void leave(ExactState s, ExactNode c) {
         if (c != DUMMY && c != s.overflow) {
             s.cur = c.parent;
+            s.curKids = c.parentKids;
             s.site = -1;
         }
     }
@@ -220,6 +232,7 @@ public final class Exact {
     public static void handler(ExactState s, ExactNode c) {
         if (c != DUMMY && c != s.overflow) {
             s.cur = c.id;
+            s.curKids = c.kids;
             s.site = -1;
             s.muteNest = 0;
             s.muteArm = -1;

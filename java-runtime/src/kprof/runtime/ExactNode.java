@@ -18,10 +18,12 @@ public final class ExactNode {
     final int id;
     /** One counter per basic block ({@code bb=on}), else null. */
     public final long[] blocks;
-    /** The children: an open-addressing table by key (length a power of two, at most a quarter full:
-     *  a key away from its home slot costs a call), or null. */
-    ExactNode[] kids;
-    /** Children in {@link #kids}. */
+    /** Where the children are: {@link ExactState#table} of this node's children in the thread's
+     *  {@link ExactState#slots} (0: none yet). */
+    long kids;
+    /** The parent's {@link #kids}, for the return: kept in step when the parent's table moves. */
+    long parentKids;
+    /** Children in the table {@link #kids}. */
     int kidCount;
     /** Counters as last merged into the agent's tree. */
     long mergedCalls;

@@ -10,8 +10,9 @@ import jdk.internal.vm.annotation.ForceInline;
  * {@link Exact#OFF}, a shared dummy whose values are never read.
  *
  * <p>A node is an {@link ExactNode}; rewritten code keeps its invocation's node in a local and counts into
- * it directly. The tree refers to nodes by number ({@link #cur} is an int), so the call path stores no
- * references (no GC write barrier per call). Node 0 is the thread's root.
+ * it directly. The tree refers to nodes by number ({@link #cur} is an int) and to tables of children by
+ * position in {@link #slots} ({@link #curKids} is a long), so the call path stores no references (no GC write
+ * barrier per call). Node 0 is the thread's root.
  */
 public final class ExactState {
     /** Key of {@link #overflow}: method id -1, which the agent maps to its overflow node. */
@@ -38,6 +39,15 @@ public final class ExactState {
     ExactNode[] nodes;
     /** Nodes in use. */
     int size;
+    /** The tables of children of all nodes ({@link ExactNode#kids}); slot 0 stays empty, so that a node
+     *  without children (table 0) finds none. One array, so that a lookup is two dependent loads from the
+     *  state (the slot, the node's key) rather than four (node array, parent, its table, the node). */
+    ExactNode[] slots;
+    /** Slots in use. */
+    int slotTop = 1;
+    /** The table of children of {@link #cur}: {@code nodes[cur].kids}, kept here so that the lookup does
+     *  not load the current node first. */
+    public long curKids;
     /** CCT node of the thread's root in the agent's tree. */
     int root;
     /** Next state in the same bucket of {@link Exact}'s table. */
@@ -53,24 +63,22 @@ public final class ExactState {
         this.nodes = new ExactNode[capacity];
         nodes[0] = new ExactNode(-1, -1, 0, 0);
         size = 1;
+        slots = new ExactNode[Math.max(16, capacity * 2)];
     }
 
-    /** The child of node {@code parent} for method {@code method} called from the current callsite, with
-     *  room for {@code blocks} block counters; created on first use. */
+    /** The child of node {@code parent} (the current node, {@link #cur}) for method {@code method} called
+     *  from the current callsite, with room for {@code blocks} block counters; created on first use. */
     @ForceInline
     ExactNode child(int parent, int method, int blocks) {
         long key = ((long) site << 32) | (method & 0xffffffffL);
         // Consumed (leaf methods have no exit that resets it, see Exact.exit).
         site = -1;
-        ExactNode p = nodes[parent];
-        ExactNode[] k = p.kids;
-        if (k != null) {
-            ExactNode c = k[hash(key) & (k.length - 1)];
-            if (c != null && c.key == key) {
-                return c;
-            }
+        long t = curKids;
+        ExactNode c = slots[(int) (t >>> 32) + (hash(key) & (int) t)];
+        if (c != null && c.key == key) {
+            return c;
         }
-        return find(p, key, blocks);
+        return find(nodes[parent], key, blocks);
     }
 
     /** Each node has its own table of children, so only siblings collide, and the table of a method that
@@ -80,20 +88,28 @@ public final class ExactState {
         return (int) ((key * 0x9E3779B97F4A7C15L) >>> 40);
     }
 
-    /** The rest of the probe sequence; creates the node when it is not there. */
+    /** A table of children: {@code base << 32 | (length - 1)}, the slots {@code base .. base + length - 1}
+     *  of {@link #slots}. */
+    static long table(int base, int length) {
+        return ((long) base << 32) | (length - 1);
+    }
+
+    /** The rest of the probe sequence below {@code p}, the current node; creates the node when it is not
+     *  there. */
     @DontInline
     ExactNode find(ExactNode p, long key, int blocks) {
-        ExactNode[] k = p.kids;
-        if (k == null) {
-            k = new ExactNode[4];
-            p.kids = k;
+        if (p.kids == 0) {
+            p.kids = allocate(4);
+            curKids = p.kids;
         }
-        int mask = k.length - 1;
+        long t = p.kids;
+        int base = (int) (t >>> 32);
+        int mask = (int) t;
         int h = hash(key) & mask;
         while (true) {
-            ExactNode c = k[h];
+            ExactNode c = slots[base + h];
             if (c == null) {
-                return create(p, key, h, blocks);
+                return create(p, key, base + h, blocks);
             }
             if (c.key == key) {
                 return c;
@@ -102,7 +118,26 @@ public final class ExactState {
         }
     }
 
-    private ExactNode create(ExactNode p, long key, int h, int blocks) {
+    /** A new table of {@code length} (a power of two) free slots in {@link #slots}, aligned to its length up
+     *  to 16 slots so that a small table sits in one cache line. Tables a node outgrew are left behind. */
+    private long allocate(int length) {
+        int align = Math.min(length, 16) - 1;
+        int base = (slotTop + align) & ~align;
+        int end = base + length;
+        if (end > slots.length) {
+            int n = slots.length;
+            while (n < end) {
+                n *= 2;
+            }
+            ExactNode[] bigger = new ExactNode[n];
+            System.arraycopy(slots, 0, bigger, 0, slotTop);
+            slots = bigger;
+        }
+        slotTop = end;
+        return table(base, length);
+    }
+
+    private ExactNode create(ExactNode p, long key, int slot, int blocks) {
         // A racy count (no atomics on any path that rewritten code runs): lost updates can only let a few
         // more nodes in.
         if (nodesLeft <= 0) {
@@ -110,8 +145,9 @@ public final class ExactState {
         }
         nodesLeft--;
         ExactNode c = append(new ExactNode(key, p.id, size, blocks));
-        p.kids[h] = c;
-        if (++p.kidCount * 4 > p.kids.length) {
+        c.parentKids = p.kids;
+        slots[slot] = c;
+        if (++p.kidCount * 4 > (int) p.kids + 1) {
             grow(p);
         }
         return c;
@@ -141,20 +177,28 @@ public final class ExactState {
         return c;
     }
 
-    /** Doubles a node's table of children. */
-    private static void grow(ExactNode p) {
-        ExactNode[] old = p.kids;
-        ExactNode[] k = new ExactNode[old.length * 2];
-        int mask = k.length - 1;
-        for (ExactNode c : old) {
+    /** Doubles the table of children of {@code p}, the current node: its children's {@link
+     *  ExactNode#parentKids} and {@link #curKids} follow it. */
+    private void grow(ExactNode p) {
+        long old = p.kids;
+        int oldBase = (int) (old >>> 32);
+        int oldLength = (int) old + 1;
+        long t = allocate(oldLength * 2);
+        int base = (int) (t >>> 32);
+        int mask = (int) t;
+        for (int i = oldBase; i < oldBase + oldLength; i++) {
+            ExactNode c = slots[i];
             if (c != null) {
+                slots[i] = null;
                 int h = hash(c.key) & mask;
-                while (k[h] != null) {
+                while (slots[base + h] != null) {
                     h = (h + 1) & mask;
                 }
-                k[h] = c;
+                slots[base + h] = c;
+                c.parentKids = t;
             }
         }
-        p.kids = k;
+        p.kids = t;
+        curKids = t;
     }
 }
