@@ -45,9 +45,9 @@ import jdk.internal.vm.annotation.ForceInline;
  * once compiled, which costs more than the hand-over.
  *
  * <p>The current node is kept without instrumenting exceptional exits, like bytecode mode's depth:
- * {@code enter} takes the node {@code cur} the caller left and the callsite it wrote, finds or creates the
- * child, and leaves {@code cur} = that child for callees; a normal return restores {@code cur} = parent;
- * an exception handler re-asserts {@code cur} = its own node. Leaf methods (no calls, no {@code new})
+ * {@code enter} takes the node {@code cur} the caller left (held as that node's table of children) and the
+ * callsite it wrote, finds or creates the child, and leaves {@code cur} = that child for callees; a normal
+ * return restores {@code cur} = parent; an exception handler re-asserts {@code cur} = its own node. Leaf methods (no calls, no {@code new})
  * never move it. A native wrapper is a node of the native method; code the native calls back runs with
  * {@code cur} = that node and callsite -1.
  *
@@ -107,8 +107,7 @@ public final class Exact {
         ExactNode c = called(s, method, 0);
         if (c != DUMMY) {
             if (c != s.overflow) {
-                s.cur = c.id;
-                s.curKids = c.kids;
+                s.cur = s.tableOf(c);
             } else {
                 c.bytecodes += n;
             }
@@ -122,8 +121,7 @@ public final class Exact {
     public static ExactNode enterBlocks(ExactState s, int method, int blocks) {
         ExactNode c = called(s, method, blocks);
         if (c != DUMMY && c != s.overflow) {
-            s.cur = c.id;
-            s.curKids = c.kids;
+            s.cur = s.tableOf(c);
         }
         return c;
     }
@@ -155,7 +153,7 @@ public final class Exact {
      *  (whose counters nobody reads) when profiling is off or the call is below an intrinsic candidate. */
     @ForceInline
     static ExactNode called(ExactState s, int method, int blocks) {
-        int p = s.cur;
+        long p = s.cur;
         if (s == OFF || p == s.muteArm) {
             return DUMMY;
         }
@@ -219,8 +217,7 @@ public final class Exact {
     @ForceInline
     private static void leave(ExactState s, ExactNode c) {
         if (c != DUMMY && c != s.overflow) {
-            s.cur = c.parent;
-            s.curKids = c.parentKids;
+            s.cur = c.parentKids;
             s.site = -1;
         }
     }
@@ -231,8 +228,7 @@ public final class Exact {
     @ForceInline
     public static void handler(ExactState s, ExactNode c) {
         if (c != DUMMY && c != s.overflow) {
-            s.cur = c.id;
-            s.curKids = c.kids;
+            s.cur = s.tableOf(c);
             s.site = -1;
             s.muteNest = 0;
             s.muteArm = -1;

@@ -19,7 +19,7 @@ public final class ExactNode {
     /** One counter per basic block ({@code bb=on}), else null. */
     public final long[] blocks;
     /** Where the children are: {@link ExactState#table} of this node's children in the thread's
-     *  {@link ExactState#slots} (0: none yet). */
+     *  {@link ExactState#slots} (0: none yet; made when the node first becomes the current node). */
     long kids;
     /** The parent's {@link #kids}, for the return: kept in step when the parent's table moves. */
     long parentKids;

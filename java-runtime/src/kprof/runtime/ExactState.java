@@ -10,8 +10,8 @@ import jdk.internal.vm.annotation.ForceInline;
  * {@link Exact#OFF}, a shared dummy whose values are never read.
  *
  * <p>A node is an {@link ExactNode}; rewritten code keeps its invocation's node in a local and counts into
- * it directly. The tree refers to nodes by number ({@link #cur} is an int) and to tables of children by
- * position in {@link #slots} ({@link #curKids} is a long), so the call path stores no references (no GC write
+ * it directly. Where the thread is in its tree is the table of children of the running invocation's node, a
+ * position in {@link #slots} ({@link #cur} is a long), so the call path stores no references (no GC write
  * barrier per call). Node 0 is the thread's root.
  */
 public final class ExactState {
@@ -26,35 +26,35 @@ public final class ExactState {
     /** The owning thread (null for {@link Exact#OFF}): with Thread fields, its {@code kprof$x} refers to this
      *  state while the state is in {@link Exact}'s table. */
     final Thread owner;
-    /** The node whose callees are being called: the running invocation's node. */
-    public int cur;
     /** Callsite of the call being made (callsite=on): written by the caller, read by the callee; -1 for
      *  calls from native code. */
     public int site = -1;
-    /** Invocations entering below this node count nothing (calls made by an intrinsic candidate); -1: none. */
-    int muteArm = -1;
+    /** Invocations entering below the node whose table this is count nothing (calls made by an intrinsic
+     *  candidate); -1: none. */
+    long muteArm = -1;
     /** Nesting of {@link Exact#mute} brackets. */
     int muteNest;
     /** The nodes in creation order (parents before children); {@code nodes[0]} is the root. */
     ExactNode[] nodes;
     /** Nodes in use. */
     int size;
-    /** The tables of children of all nodes ({@link ExactNode#kids}); slot 0 stays empty, so that a node
-     *  without children (table 0) finds none. One array, so that a lookup is two dependent loads from the
-     *  state (the slot, the node's key) rather than four (node array, parent, its table, the node). */
+    /** The tables of children of all nodes that have been the current node ({@link ExactNode#kids}), each
+     *  after a slot that holds its node. One array, so that a lookup is two dependent loads from the state
+     *  (the slot, the node's key) rather than four (node array, parent, its table, the node). */
     ExactNode[] slots;
     /** Slots in use. */
-    int slotTop = 1;
-    /** The table of children of {@link #cur}: {@code nodes[cur].kids}, kept here so that the lookup does
-     *  not load the current node first. */
-    public long curKids;
+    int slotTop;
+    /** The node whose callees are being called, the running invocation's, as its table of children
+     *  ({@link ExactNode#kids}): the lookup needs nothing else of it. Every node that becomes current gets
+     *  a table ({@link #tableOf}), so the table tells the node. */
+    public long cur;
     /** CCT node of the thread's root in the agent's tree. */
     int root;
     /** Next state in the same bucket of {@link Exact}'s table. */
     ExactState next;
     /** Where invocations count once the node budget ({@link Exact#nodesLeft}) is spent: one node below the
      *  root that the agent files under {@code [cct_overflow]}; created when first needed. It never becomes
-     *  {@link #cur}, so what an overflowing invocation calls is looked up below its caller's node. */
+     *  current, so what an overflowing invocation calls is looked up below its caller's node. */
     ExactNode overflow;
 
     ExactState(Thread owner, long tid, int capacity) {
@@ -64,21 +64,21 @@ public final class ExactState {
         nodes[0] = new ExactNode(-1, -1, 0, 0);
         size = 1;
         slots = new ExactNode[Math.max(16, capacity * 2)];
+        cur = tableOf(nodes[0]);
     }
 
-    /** The child of node {@code parent} (the current node, {@link #cur}) for method {@code method} called
-     *  from the current callsite, with room for {@code blocks} block counters; created on first use. */
+    /** The child of the current node (table {@code t}, {@link #cur}) for method {@code method} called from
+     *  the current callsite, with room for {@code blocks} block counters; created on first use. */
     @ForceInline
-    ExactNode child(int parent, int method, int blocks) {
+    ExactNode child(long t, int method, int blocks) {
         long key = ((long) site << 32) | (method & 0xffffffffL);
         // Consumed (leaf methods have no exit that resets it, see Exact.exit).
         site = -1;
-        long t = curKids;
         ExactNode c = slots[(int) (t >>> 32) + (hash(key) & (int) t)];
         if (c != null && c.key == key) {
             return c;
         }
-        return find(nodes[parent], key, blocks);
+        return find(t, key, blocks);
     }
 
     /** Each node has its own table of children, so only siblings collide, and the table of a method that
@@ -94,22 +94,17 @@ public final class ExactState {
         return ((long) base << 32) | (length - 1);
     }
 
-    /** The rest of the probe sequence below {@code p}, the current node; creates the node when it is not
-     *  there. */
+    /** The rest of the probe sequence in table {@code t}, the current node's; creates the node when it is
+     *  not there. */
     @DontInline
-    ExactNode find(ExactNode p, long key, int blocks) {
-        if (p.kids == 0) {
-            p.kids = allocate(4);
-            curKids = p.kids;
-        }
-        long t = p.kids;
+    ExactNode find(long t, long key, int blocks) {
         int base = (int) (t >>> 32);
         int mask = (int) t;
         int h = hash(key) & mask;
         while (true) {
             ExactNode c = slots[base + h];
             if (c == null) {
-                return create(p, key, base + h, blocks);
+                return create(slots[base - 1], key, base + h, blocks);
             }
             if (c.key == key) {
                 return c;
@@ -118,11 +113,26 @@ public final class ExactState {
         }
     }
 
-    /** A new table of {@code length} (a power of two) free slots in {@link #slots}, aligned to its length up
-     *  to 16 slots so that a small table sits in one cache line. Tables a node outgrew are left behind. */
-    private long allocate(int length) {
+    /** The table of children of {@code c}, which becomes the current node: made when it first does. */
+    @ForceInline
+    long tableOf(ExactNode c) {
+        long t = c.kids;
+        return t != 0 ? t : newTable(c);
+    }
+
+    @DontInline
+    private long newTable(ExactNode c) {
+        long t = allocate(c, 4);
+        c.kids = t;
+        return t;
+    }
+
+    /** A new table of {@code length} (a power of two) free slots in {@link #slots} for node {@code owner},
+     *  which goes in the slot before it; aligned to its length up to 16 slots so that a small table sits in
+     *  one cache line. Tables a node outgrew are left behind. */
+    private long allocate(ExactNode owner, int length) {
         int align = Math.min(length, 16) - 1;
-        int base = (slotTop + align) & ~align;
+        int base = (slotTop + 1 + align) & ~align;
         int end = base + length;
         if (end > slots.length) {
             int n = slots.length;
@@ -133,6 +143,7 @@ public final class ExactState {
             System.arraycopy(slots, 0, bigger, 0, slotTop);
             slots = bigger;
         }
+        slots[base - 1] = owner;
         slotTop = end;
         return table(base, length);
     }
@@ -178,12 +189,14 @@ public final class ExactState {
     }
 
     /** Doubles the table of children of {@code p}, the current node: its children's {@link
-     *  ExactNode#parentKids} and {@link #curKids} follow it. */
+     *  ExactNode#parentKids} and {@link #cur} follow it. (No mute is armed on it: a muted node gets no
+     *  children.) */
     private void grow(ExactNode p) {
         long old = p.kids;
         int oldBase = (int) (old >>> 32);
         int oldLength = (int) old + 1;
-        long t = allocate(oldLength * 2);
+        long t = allocate(p, oldLength * 2);
+        slots[oldBase - 1] = null;
         int base = (int) (t >>> 32);
         int mask = (int) t;
         for (int i = oldBase; i < oldBase + oldLength; i++) {
@@ -199,6 +212,6 @@ public final class ExactState {
             }
         }
         p.kids = t;
-        curKids = t;
+        cur = t;
     }
 }
