@@ -84,6 +84,8 @@ public final class Exact {
      *  children (up to 16 slots, with the tables it outgrew and the array's doubling), and its share of the
      *  arrays a merge builds (40). */
     private static final long BYTES_PER_NODE = 240;
+    /** Nodes over all threads, whatever the heap: see {@link #init}. */
+    private static final long MAX_NODES = 1 << 24;
 
     private Exact() {}
 
@@ -443,8 +445,9 @@ public final class Exact {
             }
             threadRoots = perThreadRoots;
             fields = threadFields;
-            // A quarter of the heap the application may grow to.
-            ExactState.nodesLeft = (int) Math.min(Integer.MAX_VALUE, Runtime.getRuntime().maxMemory() / 4 / BYTES_PER_NODE);
+            // A quarter of the heap the application may grow to, and no more than a thread's array of tables
+            // of children can hold (2^30 slots; a node takes at most 64, with its padding and outgrown tables).
+            ExactState.nodesLeft = (int) Math.min(MAX_NODES, Runtime.getRuntime().maxMemory() / 4 / BYTES_PER_NODE);
             enabled = true;
         }
     }
