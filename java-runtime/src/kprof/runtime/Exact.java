@@ -38,8 +38,9 @@ import jdk.internal.vm.annotation.ForceInline;
  * but not yet added to C, all new locals (B: a register in compiled code, where a counter in C would put a
  * store-to-load chain through memory into every loop iteration); ID the method's id, N a block's bytecode
  * count (the prologue's N: the first block's, when nothing jumps back to it, which the agent counts as calls
- * times N), BCI the call's offset in the original method. An implicit exception (a null dereference, say) that leaves the method loses what B
- * holds: a block is counted at its start, so only the blocks since the last call or throw. The catch-all
+ * times N), BCI the call's offset in the original method. An implicit exception (a null dereference, say)
+ * that leaves the method loses what B holds: a block is counted at its start, so only the blocks since the
+ * last call or throw. The catch-all
  * handler, where there is one, hands B to C whatever leaves the method (the method's own handlers see B in
  * the local) and rethrows the same exception: fewer bytes, but B stays live (so spilled) across every call
  * once compiled, which costs more than the hand-over.
@@ -47,8 +48,8 @@ import jdk.internal.vm.annotation.ForceInline;
  * <p>The current node is kept without instrumenting exceptional exits, like bytecode mode's depth:
  * {@code enter} takes the node {@code cur} the caller left (held as that node's table of children) and the
  * callsite it wrote, finds or creates the child, and leaves {@code cur} = that child for callees; a normal
- * return restores {@code cur} = parent; an exception handler re-asserts {@code cur} = its own node. Leaf methods (no calls, no {@code new})
- * never move it. A native wrapper is a node of the native method; code the native calls back runs with
+ * return restores {@code cur} = parent; an exception handler re-asserts {@code cur} = its own node. Leaf
+ * methods (no calls, no {@code new}) never move it. A native wrapper is a node of the native method; code the native calls back runs with
  * {@code cur} = that node and callsite -1.
  *
  * <p>Each thread counts into its own tree ({@link ExactState}): no atomics or shared writes on the fast
@@ -81,7 +82,7 @@ public final class Exact {
     private static final int INITIAL_NODES = 1024;
     static final long OVERFLOW_KEY = ExactState.OVERFLOW_KEY;
     /** Heap bytes a node costs: the object (104), its slots in the node array and in its parent's tables of
-     *  children (up to 16 slots, with the tables it outgrew and the array's doubling), and its share of the
+     *  children (typically up to 16 slots, with the tables it outgrew and the array's doubling; 64 at worst), and its share of the
      *  arrays a merge builds (40). */
     private static final long BYTES_PER_NODE = 240;
     /** Nodes over all threads, whatever the heap: see {@link #init}. */
