@@ -949,7 +949,13 @@ fn print_summary(meta: &Meta, interval_ns: u64, contexts: usize, written: &[Stri
     let cpu_s = c("sampled_cpu_ns") as f64 / 1e9;
     let rate = if cpu_s > 0.0 { (samples - c("foreign_thread_samples")) as f64 / cpu_s } else { 0.0 };
     let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
-    let timer = if meta.timer.is_empty() { "none" } else { meta.timer.as_str() };
+    let mut timer = if meta.timer.is_empty() { "none" } else { meta.timer.as_str() }.to_string();
+    if timer == "perf" {
+        // Which ticks the perf event could take: the user's CPU time only under perf_event_paranoid=2.
+        let ticks = if crate::engine::asgct::timer::perf_counts_kernel_ticks() { "user+kernel" } else { "user" };
+        timer.push_str(" ticks=");
+        timer.push_str(ticks);
+    }
     say(&format!(
         "mode={} timer={} interval={} samples={} usable={:.1}% recovered={} rate={:.0}/cpu-s cpu={:.2}s dropped={} overflow={} threads={} write_ms={} files={}",
         meta.mode,

@@ -272,6 +272,10 @@ impl Sampler {
             return;
         }
         if slot.state.load(Ordering::SeqCst) != ACTIVE || !self.is_running() {
+            if self.timer == TimerKind::Perf {
+                // Keep the ring from filling: a full ring would write no record and send no signal.
+                timer::perf_consume(slot.perf_ring.load(Ordering::Acquire));
+            }
             slot.busy.store(false, Ordering::Release);
             return;
         }

@@ -99,25 +99,66 @@ fn page_size() -> usize {
     (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize
 }
 
+/// Whether perf events may count kernel time: unknown (0), yes (1), no (2). Learnt from the first open.
+static KERNEL_TICKS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Whether the perf timer also takes the ticks that fall while the thread runs in the kernel (allowed to
+/// root, CAP_PERFMON or perf_event_paranoid <= 1). Meaningful once a perf event has been opened.
+pub fn perf_counts_kernel_ticks() -> bool {
+    KERNEL_TICKS.load(std::sync::atomic::Ordering::Relaxed) == 1
+}
+
+fn perf_event_open(attr: &PerfEventAttr, tid: i32) -> io::Result<i32> {
+    // SAFETY: `attr` is a valid, fully initialised perf_event_attr of the size it declares.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_perf_event_open, attr as *const PerfEventAttr, tid, -1i32, -1i32, PERF_FLAG_FD_CLOEXEC)
+    } as i32;
+    if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    }
+}
+
 /// Opens a perf cpu-clock event on thread `tid` that signals that thread every `period_ns` of its CPU
 /// time. The event starts counting at once.
+///
+/// The event counts kernel time where the system allows it. A user-only event drops every tick that
+/// falls while the thread is in the kernel (system calls, page faults, signal delivery), although the
+/// thread's CPU clock, which weighs and rates the samples, counts that time; on a host where signal
+/// delivery is slow that loses a tenth of the ticks at 100 us. A tick taken in the kernel is still
+/// delivered on the way back to user mode, so the sample lands on the Java frame that made the call.
 pub fn perf_open(tid: i32, period_ns: u64) -> io::Result<PerfTimer> {
-    let attr = PerfEventAttr {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut attr = PerfEventAttr {
         kind: PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
         config: PERF_COUNT_SW_CPU_CLOCK,
         sample_period: period_ns,
-        flags: ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV,
+        flags: ATTR_DISABLED | ATTR_EXCLUDE_HV,
         wakeup_events: 1,
         ..PerfEventAttr::default()
     };
-    // SAFETY: `attr` is a valid, fully initialised perf_event_attr of the size it declares.
-    let fd = unsafe {
-        libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, tid, -1i32, -1i32, PERF_FLAG_FD_CLOEXEC)
-    } as i32;
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let user_only = ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV;
+    let fd = match KERNEL_TICKS.load(Relaxed) {
+        2 => {
+            attr.flags = user_only;
+            perf_event_open(&attr, tid)?
+        }
+        known => match perf_event_open(&attr, tid) {
+            Ok(fd) => {
+                KERNEL_TICKS.store(1, Relaxed);
+                fd
+            }
+            Err(e) if known == 0 && matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+                attr.flags = user_only;
+                let fd = perf_event_open(&attr, tid)?;
+                KERNEL_TICKS.store(2, Relaxed);
+                fd
+            }
+            Err(e) => return Err(e),
+        },
+    };
     let len = 2 * page_size();
     // SAFETY: mapping the event's ring buffer: a fresh shared mapping of our own descriptor.
     let ring =
