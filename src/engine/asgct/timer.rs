@@ -123,11 +123,11 @@ fn perf_event_open(attr: &PerfEventAttr, tid: i32) -> io::Result<i32> {
 /// Opens a perf cpu-clock event on thread `tid` that signals that thread every `period_ns` of its CPU
 /// time. The event starts counting at once.
 ///
-/// The event counts kernel time where the system allows it. A user-only event drops every tick that
-/// falls while the thread is in the kernel (system calls, page faults, signal delivery), although the
-/// thread's CPU clock, which weighs and rates the samples, counts that time; on a host where signal
-/// delivery is slow that loses a tenth of the ticks at 100 us. A tick taken in the kernel is still
-/// delivered on the way back to user mode, so the sample lands on the Java frame that made the call.
+/// The event takes the ticks that fall in the kernel too where the system allows it. A user-only event
+/// drops every tick that falls while the thread is in the kernel (system calls, page faults, class
+/// loading's file reads), although the thread's CPU clock, which weighs and rates the samples, counts
+/// that time. A tick taken in the kernel is delivered on the way back to user mode, so the sample lands
+/// on the Java frame that made the call.
 pub fn perf_open(tid: i32, period_ns: u64) -> io::Result<PerfTimer> {
     use std::sync::atomic::Ordering::Relaxed;
     let mut attr = PerfEventAttr {
