@@ -5,6 +5,9 @@
 mod common;
 
 use common::*;
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
 
 fn busy_rate(jdk: &Jdk, opts: &str, seconds: &str) -> Run {
     let dir = scratch(&format!("rate-{}", jdk.label()));
@@ -46,6 +49,67 @@ fn perf_timer_honours_100us() {
             }
         }
         panic!("{}: rates {rates:?} per CPU-second, none >= 9000", jdk.label());
+    });
+}
+
+/// Runs kprof.harness.KernelBusy (a thread that reads /dev/zero a byte per system call) at 1 ms, as uid
+/// `user` when given; returns the summary, the profiled rate and the program's user-mode share of its CPU.
+fn kernel_busy(jdk: &Jdk, user: Option<u32>) -> (BTreeMap<String, String>, f64, f64) {
+    let dir = scratch(&format!("kernel-busy-{}-{}", jdk.label(), user.map_or("root".into(), |u| u.to_string())));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let file = dir.join("kernel.collapsed");
+    let mut cmd = match user {
+        Some(uid) => {
+            let mut c = Command::new("setpriv");
+            c.args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups"]).arg(jdk.java());
+            c
+        }
+        None => Command::new(jdk.java()),
+    };
+    cmd.arg(format!("-agentpath:{}=interval=1ms,file={}", agent_lib().display(), file.display()))
+        .arg("-cp")
+        .arg(harness_classes())
+        .args(["kprof.harness.KernelBusy", "2"])
+        .current_dir(&dir);
+    let run = run_with_timeout(cmd, Duration::from_secs(120));
+    run.assert_ok();
+    assert!(file.exists(), "profile not written");
+    let program = program_line(&run.stdout, "kernelbusy:");
+    let cpu: f64 = program["cpu_ns"].parse().unwrap();
+    let user_ns: f64 = program["user_ns"].parse().unwrap();
+    (run.summary(), run.summary_f64("rate"), user_ns / cpu)
+}
+
+#[test]
+fn perf_timer_samples_time_in_the_kernel_where_allowed_and_says_which() {
+    let paranoid: i32 =
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
+    if euid() != 0 || paranoid < 2 {
+        // Both kinds need root here: one run that may take kernel ticks, one as a user that may not.
+        eprintln!("not run: needs root and perf_event_paranoid >= 2 (euid {}, paranoid {paranoid})", euid());
+        return;
+    }
+    for_each_jdk(|jdk| {
+        let (root, root_rate, user_share) = kernel_busy(jdk, None);
+        assert_eq!((root["timer"].as_str(), root["ticks"].as_str()), ("perf", "user+kernel"), "{root:?}");
+        // The thread is in the kernel for a good part of its CPU time, and the samples follow its CPU clock.
+        assert!(user_share < 0.8, "{}: KernelBusy spent {:.0} % in user mode", jdk.label(), 100.0 * user_share);
+        assert!(root_rate >= 900.0, "{}: rate {root_rate} with kernel ticks", jdk.label());
+        // As nobody the event takes user-mode ticks only: about the user-mode share of the rate.
+        let (nobody, nobody_rate, _) = kernel_busy(jdk, Some(65534));
+        assert_eq!((nobody["timer"].as_str(), nobody["ticks"].as_str()), ("perf", "user"), "{nobody:?}");
+        eprintln!(
+            "{}: KernelBusy {:.0} % user mode; {root_rate} samples per CPU-second with kernel ticks, {nobody_rate} \
+             without",
+            jdk.label(),
+            100.0 * user_share
+        );
+        assert!(
+            nobody_rate < 0.9 * root_rate,
+            "{}: user-only rate {nobody_rate} not below kernel-tick rate {root_rate}",
+            jdk.label()
+        );
     });
 }
 
