@@ -79,13 +79,7 @@ fn find_asgct() -> Option<AsgctFn> {
 
 /// Whether the kernel lets this process open a per-thread perf cpu-clock event.
 fn perf_allowed(interval_ns: u64) -> Result<(), String> {
-    match timer::perf_open(timer::gettid(), interval_ns) {
-        Ok(t) => {
-            timer::perf_close(t);
-            Ok(())
-        }
-        Err(e) => Err(e.to_string()),
-    }
+    timer::perf_probe(timer::gettid(), interval_ns).map_err(|e| e.to_string())
 }
 
 impl Sampler {

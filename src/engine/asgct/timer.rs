@@ -120,45 +120,19 @@ fn perf_event_open(attr: &PerfEventAttr, tid: i32) -> io::Result<i32> {
     }
 }
 
+/// Whether this process may open a perf cpu-clock event on thread `tid`. The probe event is never
+/// enabled: a tick of it could come before the signal handler is installed, and kill the process.
+pub fn perf_probe(tid: i32, period_ns: u64) -> io::Result<()> {
+    let fd = perf_event_fd(tid, period_ns)?;
+    // SAFETY: closing the descriptor just opened.
+    unsafe { libc::close(fd) };
+    Ok(())
+}
+
 /// Opens a perf cpu-clock event on thread `tid` that signals that thread every `period_ns` of its CPU
 /// time. The event starts counting at once.
-///
-/// The event takes the ticks that fall in the kernel too where the system allows it. A user-only event
-/// drops every tick that falls while the thread is in the kernel (system calls, page faults, class
-/// loading's file reads), although the thread's CPU clock, which weighs and rates the samples, counts
-/// that time. A tick taken in the kernel is delivered on the way back to user mode, so the sample lands
-/// on the Java frame that made the call.
 pub fn perf_open(tid: i32, period_ns: u64) -> io::Result<PerfTimer> {
-    use std::sync::atomic::Ordering::Relaxed;
-    let mut attr = PerfEventAttr {
-        kind: PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<PerfEventAttr>() as u32,
-        config: PERF_COUNT_SW_CPU_CLOCK,
-        sample_period: period_ns,
-        flags: ATTR_DISABLED | ATTR_EXCLUDE_HV,
-        wakeup_events: 1,
-        ..PerfEventAttr::default()
-    };
-    let user_only = ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV;
-    let fd = match KERNEL_TICKS.load(Relaxed) {
-        2 => {
-            attr.flags = user_only;
-            perf_event_open(&attr, tid)?
-        }
-        known => match perf_event_open(&attr, tid) {
-            Ok(fd) => {
-                KERNEL_TICKS.store(1, Relaxed);
-                fd
-            }
-            Err(e) if known == 0 && matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
-                attr.flags = user_only;
-                let fd = perf_event_open(&attr, tid)?;
-                KERNEL_TICKS.store(2, Relaxed);
-                fd
-            }
-            Err(e) => return Err(e),
-        },
-    };
+    let fd = perf_event_fd(tid, period_ns)?;
     let len = 2 * page_size();
     // SAFETY: mapping the event's ring buffer: a fresh shared mapping of our own descriptor.
     let ring =
@@ -186,6 +160,46 @@ pub fn perf_open(tid: i32, period_ns: u64) -> io::Result<PerfTimer> {
         return Err(err);
     }
     Ok(timer)
+}
+
+/// A perf cpu-clock event on thread `tid` with period `period_ns`, created disabled.
+///
+/// The event takes the ticks that fall in the kernel too where the system allows it. A user-only event
+/// drops every tick that falls while the thread is in the kernel (system calls, page faults, class
+/// loading's file reads), although the thread's CPU clock, which weighs and rates the samples, counts
+/// that time. A tick taken in the kernel is delivered on the way back to user mode, so the sample lands
+/// on the Java frame that made the call.
+fn perf_event_fd(tid: i32, period_ns: u64) -> io::Result<i32> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut attr = PerfEventAttr {
+        kind: PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<PerfEventAttr>() as u32,
+        config: PERF_COUNT_SW_CPU_CLOCK,
+        sample_period: period_ns,
+        flags: ATTR_DISABLED | ATTR_EXCLUDE_HV,
+        wakeup_events: 1,
+        ..PerfEventAttr::default()
+    };
+    let user_only = ATTR_DISABLED | ATTR_EXCLUDE_KERNEL | ATTR_EXCLUDE_HV;
+    match KERNEL_TICKS.load(Relaxed) {
+        2 => {
+            attr.flags = user_only;
+            perf_event_open(&attr, tid)
+        }
+        known => match perf_event_open(&attr, tid) {
+            Ok(fd) => {
+                KERNEL_TICKS.store(1, Relaxed);
+                Ok(fd)
+            }
+            Err(e) if known == 0 && matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+                attr.flags = user_only;
+                let fd = perf_event_open(&attr, tid)?;
+                KERNEL_TICKS.store(2, Relaxed);
+                Ok(fd)
+            }
+            Err(e) => Err(e),
+        },
+    }
 }
 
 /// Marks every record of the ring buffer as read, so the kernel keeps room for the next ones.
