@@ -6,7 +6,6 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 fn busy_rate(jdk: &Jdk, opts: &str, seconds: &str) -> Run {
@@ -59,14 +58,7 @@ fn kernel_busy(jdk: &Jdk, user: Option<u32>) -> (BTreeMap<String, String>, f64, 
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let file = dir.join("kernel.collapsed");
-    let mut cmd = match user {
-        Some(uid) => {
-            let mut c = Command::new("setpriv");
-            c.args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups"]).arg(jdk.java());
-            c
-        }
-        None => Command::new(jdk.java()),
-    };
+    let mut cmd = as_user(&jdk.java(), user);
     cmd.arg(format!("-agentpath:{}=interval=1ms,file={}", agent_lib().display(), file.display()))
         .arg("-cp")
         .arg(harness_classes())

@@ -373,16 +373,21 @@ pub fn container(hide: &[&Path], user: Option<u32>, program: &[&str]) -> Command
     cmd
 }
 
-/// Runs the `kprof` binary at `bin` with `args` (as uid `user` if given), with a time limit.
-pub fn kprof_at(bin: &Path, user: Option<u32>, args: &[&str]) -> Run {
-    let mut cmd = match user {
+/// A command that runs `program` as uid (and gid) `user` when given (setpriv, as root), else as we are.
+pub fn as_user(program: &Path, user: Option<u32>) -> Command {
+    match user {
         Some(uid) => {
             let mut c = Command::new("setpriv");
-            c.args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups"]).arg(bin);
+            c.args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups"]).arg(program);
             c
         }
-        None => Command::new(bin),
-    };
+        None => Command::new(program),
+    }
+}
+
+/// Runs the `kprof` binary at `bin` with `args` (as uid `user` if given), with a time limit.
+pub fn kprof_at(bin: &Path, user: Option<u32>, args: &[&str]) -> Run {
+    let mut cmd = as_user(bin, user);
     cmd.args(args);
     // `kprof SUBCOMMAND PID ...`: a command that hangs waits for that JVM, whose threads then tell why.
     let target = args.get(1).and_then(|a| a.parse::<u32>().ok());
