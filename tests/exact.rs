@@ -147,6 +147,65 @@ fn recursion_counts_every_level_once_per_call() {
     });
 }
 
+/// HotSpot runs Java code of its own between a call's callsite store and the callee: the class loader's
+/// `loadClass` when the call resolves a class, `<clinit>` when it initializes one (and, under -Xcomp,
+/// loads made while linking compiled code). Those must not take the callsite away from the callee. Nor
+/// may a callsite written by calls that count nothing (below an intrinsic candidate) outlive them.
+#[test]
+fn callsites_survive_class_loading_initialization_and_uncounted_calls() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-linking-{}", jdk.label()));
+        for (name, jvm) in [("default", &[][..]), ("xcomp", &["-Xcomp"][..])] {
+            let (_, p) = profile(jdk, &dir, name, "", jvm, "kprof.harness.ExactCounts", &[&ROUNDS.to_string()]);
+            let cs = contexts(&p);
+            let at = |p: &[String]| cs.iter().filter(|c| c.path == p).cloned().collect::<Vec<Context>>();
+            let compute = at(&path(&["ExactCounts.main", "ExactCounts.linking", "ExactCounts$Lazy.compute"]));
+            assert_eq!(compute.len(), 1, "{} {name}: one context for every call: {compute:?}", jdk.label());
+            assert_eq!(compute[0].calls, 7 * ROUNDS, "{} {name}", jdk.label());
+            assert_ne!(compute[0].callsite, -1, "{} {name}", jdk.label());
+            let clinit = at(&path(&["ExactCounts.main", "ExactCounts.linking", "ExactCounts$Lazy.<clinit>"]));
+            assert_eq!(clinit.len(), 1, "{} {name}: {clinit:?}", jdk.label());
+            assert_eq!((clinit[0].calls, clinit[0].callsite), (1, compute[0].callsite), "{} {name}", jdk.label());
+            // Every harness call made from main's callsites is counted at a callsite of main.
+            for c in cs.iter().filter(|c| c.path.len() == 2 && c.path[0] == "ExactCounts.main") {
+                assert_ne!(c.callsite, -1, "{} {name}: {c:?}", jdk.label());
+            }
+            // And whatever hangs directly below main (the JDK's code too: string concatenation's
+            // bootstrap, class loading) has one of main's calls or `new`s as its callsite, or none: no
+            // callsite that some other method wrote (a call below an intrinsic candidate counts nothing, so
+            // it consumes nothing).
+            let sites = call_sites("kprof/harness/ExactCounts", "main");
+            let main =
+                p.nodes.iter().position(|n| short(&p.frames[n.frame as usize].display_name()) == "ExactCounts.main");
+            for &c in &p.nodes[main.expect("main's node")].children {
+                let child = &p.nodes[c as usize];
+                let callee = p.frames[child.frame as usize].display_name();
+                assert!(
+                    child.callsite == -1 || sites.contains(&child.callsite),
+                    "{} {name}: {callee} below main at callsite {}, not a call of main ({sites:?})",
+                    jdk.label(),
+                    child.callsite
+                );
+            }
+        }
+    });
+}
+
+/// The bytecode offsets of the calls and `new`s of `method` in harness class `class`.
+fn call_sites(class: &str, method: &str) -> Vec<i32> {
+    use kprof::classfile::opcodes::{is_invoke, NEW};
+    use kprof::classfile::{ClassFile, Instructions};
+    let data = std::fs::read(harness_classes().join(format!("{class}.class"))).expect("harness class");
+    let c = ClassFile::parse(&data).expect("parse");
+    let index = c.methods.iter().position(|m| c.member_name(m).unwrap() == method.as_bytes()).expect("method");
+    let code = c.method_code(index).unwrap().expect("code");
+    Instructions::new(code.code)
+        .map(|i| i.expect("instruction"))
+        .filter(|i| is_invoke(i.opcode) || i.opcode == NEW)
+        .map(|i| i.offset as i32)
+        .collect()
+}
+
 #[test]
 fn one_method_called_from_two_callsites_of_one_caller_gets_two_nodes() {
     for_each_jdk(|jdk| {

@@ -233,11 +233,16 @@ impl ExactTransform {
             self.flow.blocks.iter().map(|b| BlockSpan { start_bci: b.start, end_bci: b.end, insns: b.insns }).collect();
         let blocks = MethodBlocks { spans, first_counted_by_calls: fold_first };
         let id = self.methods.id_with_blocks(m.class_name, m.name, m.descriptor, blocks) as i32;
+        // HotSpot runs these between a call's callsite store and the callee's prologue: they read the
+        // callsite like any callee (the stack shows them called from there), and give it back when they
+        // return, for the callee. They need the state in a local, as methods that call do.
+        let gives_site_back = self.config.callsites && runs_while_a_call_links(m.name, m.descriptor);
         // Calls and `new` (a class initializer may run there) need the current node set for callees.
-        let leaf = !self.flow.info.iter().any(|b| b.calls || b.allocates);
+        let leaf = !gives_site_back && !self.flow.info.iter().any(|b| b.calls || b.allocates);
         let state =
             if leaf { 0 } else { editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)? };
         let node = editor.add_local(VType::Object(refs.node_class)).map_err(EditError::Refused)?;
+        let site = if gives_site_back { editor.add_local(VType::Integer).map_err(EditError::Refused)? } else { 0 };
         // The prologue's second argument: bb=off, the first block's bytecodes when it runs once per call (the
         // runtime adds them only to an overflow node, whose calls come from many methods); bb=on, the number
         // of block counters.
@@ -251,13 +256,11 @@ impl ExactTransform {
         if leaf {
             s.push_int(cp, id).push_int(cp, arg).invokestatic(cp, refs.enter_leaf).astore(node);
         } else {
-            s.invokestatic(cp, refs.state)
-                .astore(state)
-                .aload(state)
-                .push_int(cp, id)
-                .push_int(cp, arg)
-                .invokestatic(cp, refs.enter)
-                .astore(node);
+            s.invokestatic(cp, refs.state).astore(state);
+            if gives_site_back {
+                s.aload(state).getfield(cp, refs.site_field).istore(site);
+            }
+            s.aload(state).push_int(cp, id).push_int(cp, arg).invokestatic(cp, refs.enter).astore(node);
         }
         editor.insert_prologue(s)?;
         let bytes = m.code.code;
@@ -338,6 +341,9 @@ impl ExactTransform {
                 } else if is_return(insn.opcode) && !leaf && !exit_at_start {
                     s.aload(state).aload(node).invokestatic(cp, refs.exit);
                 }
+                if gives_site_back && is_return(insn.opcode) {
+                    s.aload(state).iload(site).putfield(cp, refs.site_field);
+                }
                 if (call || insn.opcode == NEW) && self.config.callsites {
                     s.aload(state).push_int(cp, insn.offset as i32).putfield(cp, refs.site_field);
                 }
@@ -348,6 +354,13 @@ impl ExactTransform {
         }
         Ok(())
     }
+}
+
+/// Methods HotSpot itself calls while a call links, after the caller stored the call's site and before the
+/// callee's prologue reads it: class initializers, and `loadClass(String)`, which the VM calls on the
+/// initiating class loader to resolve a class (its JavaCalls::call_virtual in SystemDictionary).
+fn runs_while_a_call_links(name: &[u8], descriptor: &[u8]) -> bool {
+    name == b"<clinit>" || (name == b"loadClass" && descriptor == b"(Ljava/lang/String;)Ljava/lang/Class;")
 }
 
 /// `B += n` for the int local `pending`.

@@ -20,6 +20,10 @@ package kprof.harness;
  *   <li>{@code intrinsicThenCall}: builds a string with StringBuilder (intrinsic candidates whose bodies call
  *       rewritten JDK code, counted nothing), then calls {@code afterIntrinsic}: R calls, below
  *       {@code intrinsicThenCall} and nowhere else.
+ *   <li>{@code linking}: calls {@code Lazy.compute} 7 times from one callsite. The first call of the run
+ *       loads {@code Lazy} (HotSpot calls the class loader's {@code loadClass} in Java) and initializes it
+ *       ({@code <clinit>}, which calls {@code table}) between the caller's callsite and the callee: one
+ *       context of R×7 calls at that callsite, and {@code Lazy.<clinit>} once below the same call.
  * </ul>
  *
  * Prints {@code exactcounts: rounds=R checksum=C}.
@@ -164,6 +168,30 @@ public final class ExactCounts {
         return x + 3;
     }
 
+    static final class Lazy {
+        static final int[] TABLE = table();
+
+        static int[] table() {
+            int[] t = new int[8];
+            for (int i = 0; i < t.length; i++) {
+                t[i] = i * i;
+            }
+            return t;
+        }
+
+        static int compute(int i) {
+            return TABLE[i & 7] + i;
+        }
+    }
+
+    static int linking() {
+        int s = 0;
+        for (int i = 0; i < 7; i++) {
+            s += Lazy.compute(i);
+        }
+        return s;
+    }
+
     public static void main(String[] args) throws InterruptedException {
         int rounds = args.length > 0 ? Integer.parseInt(args[0]) : 10;
         long checksum = 0;
@@ -175,6 +203,7 @@ public final class ExactCounts {
             checksum = checksum * 31 + branches();
             checksum = checksum * 31 + longLoop();
             checksum = checksum * 31 + intrinsicThenCall(r);
+            checksum = checksum * 31 + linking();
         }
         sink = checksum;
         System.out.println("exactcounts: rounds=" + rounds + " checksum=" + checksum);

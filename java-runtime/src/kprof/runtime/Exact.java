@@ -249,6 +249,7 @@ public final class Exact {
     static void mute(ExactState s) {
         if (s.muteNest++ == 0) {
             s.muteArm = s.cur;
+            s.mutedSite = s.site;
         }
     }
 
@@ -262,6 +263,9 @@ public final class Exact {
     static void unmute(ExactState s) {
         if (s.muteNest > 0 && --s.muteNest == 0) {
             s.muteArm = -1;
+            // What the muted calls wrote (their callees counted nothing, so consumed nothing) is no call of
+            // the code around the bracket: a caller that is not rewritten would hand it to its next callee.
+            s.site = s.mutedSite;
         }
     }
 

@@ -34,6 +34,8 @@ public final class ExactState {
     long muteArm = -1;
     /** Nesting of {@link Exact#mute} brackets. */
     int muteNest;
+    /** {@link #site} when the outermost mute bracket opened, restored when it closes. */
+    int mutedSite = -1;
     /** The nodes in creation order (parents before children); {@code nodes[0]} is the root. */
     ExactNode[] nodes;
     /** Nodes in use. */
