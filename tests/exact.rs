@@ -437,6 +437,48 @@ fn the_same_run_twice_gives_the_same_counts() {
     });
 }
 
+/// The program's calls, callsites and bytecodes per context (harness frames), which do not depend on how the
+/// JVM runs it: interpreter only, C1 only, C2 only, everything compiled first, other collectors, other
+/// object layouts.
+#[test]
+fn counts_do_not_depend_on_the_jit_or_the_collector() {
+    let by_context = |p: &Profile| {
+        let mut m: BTreeMap<(Vec<String>, i32), (u64, u64)> = BTreeMap::new();
+        for c in contexts(p) {
+            let e = m.entry((c.path, c.callsite)).or_default();
+            e.0 += c.calls;
+            e.1 += c.weight;
+        }
+        m
+    };
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-vm-{}", jdk.label()));
+        let (_, base) = exact_counts(jdk, &dir, "default", "");
+        let want = by_context(&base);
+        let configs: [(&str, &[&str]); 7] = [
+            ("xint", &["-Xint"]),
+            ("c1", &["-XX:TieredStopAtLevel=1"]),
+            ("c2", &["-XX:-TieredCompilation"]),
+            ("xcomp", &["-Xcomp"]),
+            ("serial", &["-XX:+UseSerialGC"]),
+            ("zgc", &["-XX:+UseZGC"]),
+            ("no-coops", &["-XX:-UseCompressedOops"]),
+        ];
+        for (name, jvm) in configs {
+            let (_, p) = profile(jdk, &dir, name, "", jvm, "kprof.harness.ExactCounts", &[&ROUNDS.to_string()]);
+            let got = by_context(&p);
+            let differ: Vec<_> = want
+                .iter()
+                .filter(|(k, v)| got.get(*k) != Some(*v))
+                .map(|(k, v)| (k, v, got.get(k)))
+                .chain(got.iter().filter(|(k, _)| !want.contains_key(*k)).map(|(k, v)| (k, v, None)))
+                .take(5)
+                .collect();
+            assert!(differ.is_empty(), "{} {name}: contexts differ from the default run's: {differ:?}", jdk.label());
+        }
+    });
+}
+
 #[test]
 fn harness_programs_print_the_same_result_with_mode_exact_under_verification() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
