@@ -115,15 +115,7 @@ fn the_same_run_twice_gives_byte_identical_profiles_and_totals() {
         // The interpreter alone counts exactly what compiled code counts, and so do C1 alone, C2 alone, other
         // collectors and object layouts. (Not -Xcomp: on JDK 25 more JDK classes load before kprof can
         // rewrite them as they load, and the count moves by some hundred bytecodes.)
-        let configs: [(&str, &[&str]); 6] = [
-            ("xint", &["-Xint"]),
-            ("c1", &["-XX:TieredStopAtLevel=1"]),
-            ("c2", &["-XX:-TieredCompilation"]),
-            ("serial", &["-XX:+UseSerialGC"]),
-            ("zgc", &["-XX:+UseZGC"]),
-            ("no-coops", &["-XX:-UseCompressedOops"]),
-        ];
-        for (name, jvm) in configs {
+        for (name, jvm) in VM_CONFIGS {
             let (r3, x) = profile(jdk, &dir, name, "", jvm, "kprof.harness.Deterministic", &[]);
             assert_eq!(
                 text_a,
@@ -131,7 +123,7 @@ fn the_same_run_twice_gives_byte_identical_profiles_and_totals() {
                 "{}: the {name} profile differs from the default's",
                 jdk.label()
             );
-            if !matches!(name, "serial" | "zgc") {
+            if !is_collector(name) {
                 // The estimated total counts every thread, and what the JDK's reference-handling threads
                 // run depends on the collector.
                 assert_eq!(r3.summary()["bytecodes"], s1["bytecodes"], "{} {name}", jdk.label());

@@ -455,16 +455,8 @@ fn counts_do_not_depend_on_the_jit_or_the_collector() {
         let dir = scratch(&format!("exact-vm-{}", jdk.label()));
         let (_, base) = exact_counts(jdk, &dir, "default", "");
         let want = by_context(&base);
-        let configs: [(&str, &[&str]); 7] = [
-            ("xint", &["-Xint"]),
-            ("c1", &["-XX:TieredStopAtLevel=1"]),
-            ("c2", &["-XX:-TieredCompilation"]),
-            ("xcomp", &["-Xcomp"]),
-            ("serial", &["-XX:+UseSerialGC"]),
-            ("zgc", &["-XX:+UseZGC"]),
-            ("no-coops", &["-XX:-UseCompressedOops"]),
-        ];
-        for (name, jvm) in configs {
+        let xcomp: (&str, &[&str]) = ("xcomp", &["-Xcomp"]);
+        for (name, jvm) in VM_CONFIGS.into_iter().chain([xcomp]) {
             let (_, p) = profile(jdk, &dir, name, "", jvm, "kprof.harness.ExactCounts", &[&ROUNDS.to_string()]);
             let got = by_context(&p);
             let differ: Vec<_> = want

@@ -238,6 +238,23 @@ pub fn program_line(stdout: &str, prefix: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Ways to run the same program that must not change what the counting modes count: each JIT tier alone
+/// (the interpreter, C1, C2), another object layout, other collectors ([`is_collector`]). Not `-Xcomp`:
+/// tests add it where it holds.
+pub const VM_CONFIGS: [(&str, &[&str]); 6] = [
+    ("xint", &["-Xint"]),
+    ("c1", &["-XX:TieredStopAtLevel=1"]),
+    ("c2", &["-XX:-TieredCompilation"]),
+    ("no-coops", &["-XX:-UseCompressedOops"]),
+    ("serial", &["-XX:+UseSerialGC"]),
+    ("zgc", &["-XX:+UseZGC"]),
+];
+
+/// Whether configuration `name` of [`VM_CONFIGS`] changes the collector.
+pub fn is_collector(name: &str) -> bool {
+    matches!(name, "serial" | "zgc")
+}
+
 /// Runs `f` once per installed JDK, naming the JDK in any failure.
 pub fn for_each_jdk(f: impl Fn(&Jdk)) {
     for jdk in jdks() {
