@@ -349,6 +349,24 @@ fn native_methods_are_nodes_and_callbacks_sit_below_them() {
         assert_eq!(calls(&by_path, &chain), rounds, "{}: work", jdk.label());
         let after = path(&["NativeCallbacks.main", "NativeCallbacks.chain", "NativeCallbacks.afterThrow"]);
         assert_eq!(calls(&by_path, &after), rounds, "{}: afterThrow", jdk.label());
+        // Native code that catches what its callback threw (JNI ExceptionClear; ExceptionDescribe in the
+        // first round) and calls back again: the callback hangs below that native, not below the thrower.
+        let catcher =
+            path(&["NativeCallbacks.main", "NativeCallbacks.chain", "NativeCallbacks.catchThenCall [native]"]);
+        assert_eq!(calls(&by_path, &catcher), rounds, "{}: catchThenCall", jdk.label());
+        let after_catch = [catcher.clone(), path(&["NativeCallbacks.afterCatch"])].concat();
+        let wherever: Vec<&Context> =
+            cs.iter().filter(|c| c.path.last().unwrap() == "NativeCallbacks.afterCatch").collect();
+        assert_eq!(
+            wherever.iter().map(|c| (c.path.clone(), c.calls)).collect::<Vec<_>>(),
+            vec![(after_catch, rounds)],
+            "{}: afterCatch's contexts",
+            jdk.label()
+        );
+        let thrower = [catcher, path(&["NativeCallbacks.up", "NativeCallbacks.callUp [native]"])].concat();
+        assert_eq!(calls(&by_path, &thrower), rounds, "{}: the caught chain", jdk.label());
+        let catches = p.meta.counters.get("native_catches").copied().unwrap_or(0);
+        assert!(catches >= rounds, "{}: native_catches={catches}", jdk.label());
         // The native nodes are natives, and a callback's callsite is unknown (-1).
         for c in cs.iter().filter(|c| c.path.last().unwrap().ends_with("[native]")) {
             assert_eq!(c.kind, FrameKind::Native, "{}", jdk.label());

@@ -13,3 +13,26 @@ JNIEXPORT jlong JNICALL Java_kprof_harness_NativeCallbacks_callUp(JNIEnv *env, j
     /* An exception thrown by up() stays pending and propagates to the Java caller when this returns. */
     return (*env)->CallLongMethod(env, target, up, depth);
 }
+
+/* Calls thrower.up(depth), which throws at its bottom, catches that here in native code (ExceptionClear,
+ * or ExceptionDescribe, which prints and clears), then calls NativeCallbacks.afterCatch(n) back: that call
+ * must hang below this native method, not below the frame that threw. */
+JNIEXPORT jlong JNICALL Java_kprof_harness_NativeCallbacks_catchThenCall(JNIEnv *env, jclass cls, jobject thrower, jint depth,
+                                                                         jboolean describe) {
+    jclass k = (*env)->GetObjectClass(env, thrower);
+    jmethodID up = (*env)->GetMethodID(env, k, "up", "(I)J");
+    jmethodID after = (*env)->GetStaticMethodID(env, cls, "afterCatch", "(I)J");
+    if (up == NULL || after == NULL) {
+        return 0;
+    }
+    jlong r = (*env)->CallLongMethod(env, thrower, up, depth);
+    if ((*env)->ExceptionCheck(env)) {
+        if (describe) {
+            (*env)->ExceptionDescribe(env);
+        } else {
+            (*env)->ExceptionClear(env);
+        }
+        r = 1000;
+    }
+    return r + (*env)->CallStaticLongMethod(env, cls, after, 2000);
+}

@@ -784,6 +784,7 @@ impl Agent {
                     c.insert("bb".into(), o.bb as u64);
                     c.insert("natives".into(), e.wraps_natives() as u64);
                     c.insert("natives_wrapped".into(), e.stats.natives_wrapped.load(Ordering::Relaxed));
+                    c.insert("native_catches".into(), st.native_catches.load(Ordering::Relaxed));
                     c.insert(
                         "classes_with_natives_wrapped".into(),
                         e.stats.classes_with_natives_wrapped.load(Ordering::Relaxed),

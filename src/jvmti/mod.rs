@@ -263,6 +263,32 @@ impl Jvmti {
         Ok(t)
     }
 
+    /// The method of the current thread's innermost Java frame (a native method's own frame counts).
+    pub fn current_frame_method(self) -> JvmtiResult<jmethodID> {
+        let mut m: jmethodID = ptr::null_mut();
+        let mut location: jlocation = 0;
+        check(call!(self, GetFrameLocation, ptr::null_mut(), 0, &mut m, &mut location))?;
+        Ok(m)
+    }
+
+    /// A copy of the JNI function table every thread uses now.
+    pub fn jni_function_table(self) -> JvmtiResult<JNINativeInterface_> {
+        let mut p: *mut JNINativeInterface_ = ptr::null_mut();
+        check(call!(self, GetJNIFunctionTable, &mut p))?;
+        if p.is_null() {
+            return Err(JvmtiError(JVMTI_ERROR_INTERNAL));
+        }
+        // SAFETY: JVMTI returned a pointer to a complete table it allocated; we copy it and free it.
+        let table = unsafe { *p };
+        self.deallocate(p as *mut u8);
+        Ok(table)
+    }
+
+    /// Makes `table` the JNI function table of every thread (the JVM copies it).
+    pub fn set_jni_function_table(self, table: &JNINativeInterface_) -> JvmtiResult<()> {
+        check(call!(self, SetJNIFunctionTable, table))
+    }
+
     pub fn all_threads(self) -> JvmtiResult<JvmtiBuf<jthread>> {
         let mut n: jint = 0;
         let mut p: *mut jthread = ptr::null_mut();

@@ -122,7 +122,10 @@ impl ExactTransform {
     }
 
     /// A native wrapper: a node for the native method, callsite -1 for whatever the native calls back,
-    /// and no bytecodes of its own (the wrapper is kprof's code).
+    /// and no bytecodes of its own (the wrapper is kprof's code). It also makes its node the state's
+    /// native node while the native runs (and hands the outer one back when the native returns or
+    /// throws, in a catch-all handler), so that the agent can put the current node back when the native
+    /// code clears an exception a callback threw (`Exact.caught`).
     fn edit_wrapper(
         &mut self,
         m: &MethodInput<'_, '_>,
@@ -130,9 +133,16 @@ impl ExactTransform {
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError> {
         let refs = self.refs(cp)?;
+        let full = |_| EditError::Refused(Refusal::ConstantPoolFull);
+        let (st, nd) = ("Lkprof/runtime/ExactState;", "Lkprof/runtime/ExactNode;");
+        let native_enter = cp.add_methodref(RUNTIME_CLASS, "nativeEnter", &format!("({st}{nd}){nd}")).map_err(full)?;
+        let native_leave = cp.add_methodref(RUNTIME_CLASS, "nativeLeave", &format!("({st}{nd})V")).map_err(full)?;
+        let throwable = cp.add_class("java/lang/Throwable").map_err(full)?;
         let id = self.methods.native_id(m.class_name, m.name, m.descriptor) as i32;
         let state = editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)?;
         let node = editor.add_local(VType::Object(refs.node_class)).map_err(EditError::Refused)?;
+        // A verifier type, not a value: the outer wrapper's node may be null (none), which `aload` takes.
+        let outer = editor.add_local(VType::Object(refs.node_class)).map_err(EditError::Refused)?;
         let s = &mut self.snippet;
         s.clear();
         s.invokestatic(cp, refs.state)
@@ -141,20 +151,24 @@ impl ExactTransform {
             .push_int(cp, id)
             .push_int(cp, 0)
             .invokestatic(cp, refs.enter)
-            .astore(node);
+            .astore(node)
+            .aload(state)
+            .aload(node)
+            .invokestatic(cp, native_enter)
+            .astore(outer);
         editor.insert_prologue(s)?;
         for insn in Instructions::new(m.code.code) {
             let insn = insn?;
-            s.clear();
-            if is_invoke(insn.opcode) {
-                s.aload(state).op(ICONST_M1).putfield(cp, refs.site_field);
-            } else if is_return(insn.opcode) {
+            if is_return(insn.opcode) {
+                s.clear();
+                s.aload(state).aload(outer).invokestatic(cp, native_leave);
                 s.aload(state).aload(node).invokestatic(cp, refs.exit);
-            } else {
-                continue;
+                editor.insert_before(insn.offset, s)?;
             }
-            editor.insert_before(insn.offset, s)?;
         }
+        s.clear();
+        s.aload(state).aload(outer).invokestatic(cp, native_leave);
+        editor.set_catch_all(s, throwable)?;
         Ok(())
     }
 }

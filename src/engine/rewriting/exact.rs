@@ -8,13 +8,15 @@ use super::{runtime_class, thread_root, RewritingEngine};
 use crate::cct::{NodeId, ROOT};
 use crate::frame::{FrameId, Pseudo};
 use crate::jvmti::bindings::*;
-use crate::jvmti::Jni;
+use crate::jvmti::{Jni, Jvmti};
 use crate::options::Mode;
 use crate::rewrite::methods::MethodBlocks;
+use crate::rewrite::natives::NATIVE_PREFIX;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The method id of a thread's overflow node (`kprof.runtime.Exact.OVERFLOW_KEY`): invocations counted after the
 /// runtime's node budget was spent, filed under a `[cct_overflow]` node below the thread's root (`threads=on`) or
@@ -33,13 +35,16 @@ pub struct ExactStore {
     pub merges: AtomicU64,
     /// Calls that found the CCT full (counted on the overflow node).
     pub overflow_calls: AtomicU64,
+    /// Exceptions that native code caught (JNI `ExceptionClear`, `ExceptionDescribe`) while a wrapped native
+    /// was the innermost Java frame: each put the current node back to the wrapper's.
+    pub native_catches: AtomicU64,
 }
 
 impl ExactStore {
     pub(super) fn reset(&self, bb: bool) {
         self.bb.store(bb, Ordering::Release);
         self.blocks.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        for c in [&self.calls, &self.bytecodes, &self.merges, &self.overflow_calls] {
+        for c in [&self.calls, &self.bytecodes, &self.merges, &self.overflow_calls, &self.native_catches] {
             c.store(0, Ordering::Relaxed);
         }
     }
@@ -62,6 +67,8 @@ pub(super) struct ExactRuntime {
     thread_ended: jmethodID,
     merge_all: jmethodID,
     disable: jmethodID,
+    /// `caught()` of `Exact`, or of `Ef` when java.lang.Thread has kprof's fields (see [`intercept_native_catches`]).
+    caught: (jclass, jmethodID),
 }
 
 impl ExactRuntime {
@@ -77,12 +84,21 @@ impl ExactRuntime {
         let method = |name: &str, sig: &str| {
             jni.static_method_id(class, name, sig).ok_or(format!("kprof.runtime.Exact.{name} not found"))
         };
+        let caught = if super::thread_fields::added() {
+            let ef = jni.find_class("kprof/runtime/Ef").ok_or("the runtime class kprof/runtime/Ef cannot be loaded")?;
+            let global = jni.new_global_ref(ef);
+            jni.delete_local_ref(ef);
+            (global, jni.static_method_id(global, "caught", "()V").ok_or("kprof.runtime.Ef.caught not found")?)
+        } else {
+            (class, method("caught", "()V")?)
+        };
         Ok(ExactRuntime {
             class,
             init: method("init", "(ZZ)V")?,
             thread_ended: method("threadEnded", "()V")?,
             merge_all: method("mergeAll", "()V")?,
             disable: method("disable", "()V")?,
+            caught,
         })
     }
 
@@ -102,6 +118,93 @@ impl ExactRuntime {
     pub(super) fn disable(&self, jni: Jni) {
         let _ = jni.call_static_void(self.class, self.disable, &[]);
     }
+}
+
+/// The JNI functions as they were before kprof replaced two of them: the replacements call these.
+struct OriginalJni(JNINativeInterface_);
+
+// SAFETY: a JNI function table is immutable data (function pointers and reserved null pointers), the same
+// for every thread.
+unsafe impl Send for OriginalJni {}
+// SAFETY: see above.
+unsafe impl Sync for OriginalJni {}
+
+static ORIGINAL_JNI: OnceLock<OriginalJni> = OnceLock::new();
+
+thread_local! {
+    /// The thread is inside [`after_native_catch`] (whose own JNI calls may clear an exception).
+    static IN_NATIVE_CATCH: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Replaces JNI `ExceptionClear` and `ExceptionDescribe` (the two ways native code catches what Java code it
+/// called threw) for every thread, once per process. Exact mode keeps the current node without
+/// instrumenting exceptional exits: a rewritten handler re-asserts its own node, but native code that
+/// catches a callback's exception is no rewritten handler, and its next callbacks would hang below the
+/// frame that threw. The replacements do what the JVM's do, then, when the innermost Java frame is a
+/// native method kprof wrapped, hand the current node back to the wrapper's ([`after_native_catch`]).
+pub(super) fn intercept_native_catches(jvmti: Jvmti) -> Result<(), String> {
+    if ORIGINAL_JNI.get().is_some() {
+        return Ok(());
+    }
+    let original = jvmti.jni_function_table().map_err(|e| format!("GetJNIFunctionTable: {e}"))?;
+    if original.ExceptionClear.is_none() || original.ExceptionDescribe.is_none() {
+        return Err("the JNI function table has no ExceptionClear or ExceptionDescribe".into());
+    }
+    let mut table = original;
+    if ORIGINAL_JNI.set(OriginalJni(original)).is_err() {
+        return Ok(());
+    }
+    table.ExceptionClear = Some(exception_clear);
+    table.ExceptionDescribe = Some(exception_describe);
+    jvmti.set_jni_function_table(&table).map_err(|e| format!("SetJNIFunctionTable: {e}"))
+}
+
+/// JNI `ExceptionClear`, as installed by [`intercept_native_catches`].
+///
+/// # Safety
+/// Called through the JNI function table, by native code with the calling thread's JNIEnv.
+unsafe extern "C" fn exception_clear(env: *mut JNIEnv) {
+    if let Some(clear) = ORIGINAL_JNI.get().and_then(|o| o.0.ExceptionClear) {
+        // SAFETY: the JVM's own ExceptionClear, with the caller's arguments.
+        unsafe { clear(env) };
+    }
+    crate::agent::guard((), || after_native_catch(env));
+}
+
+/// JNI `ExceptionDescribe` (prints and clears the pending exception), as installed by
+/// [`intercept_native_catches`].
+///
+/// # Safety
+/// Called through the JNI function table, by native code with the calling thread's JNIEnv.
+unsafe extern "C" fn exception_describe(env: *mut JNIEnv) {
+    if let Some(describe) = ORIGINAL_JNI.get().and_then(|o| o.0.ExceptionDescribe) {
+        // SAFETY: the JVM's own ExceptionDescribe, with the caller's arguments.
+        unsafe { describe(env) };
+    }
+    crate::agent::guard((), || after_native_catch(env));
+}
+
+/// After native code cleared a pending exception: when the innermost Java frame is a wrapped native (the
+/// exception came from Java code that native called back, or from a JNI call it made), the thread's
+/// current node goes back to the wrapper's, where that native's code runs (`Exact.caught`). Anything else
+/// (a native without a wrapper, a thread without Java frames, kprof's own JNI calls from a Java method it
+/// called) changes nothing.
+fn after_native_catch(env: *mut JNIEnv) {
+    if IN_NATIVE_CATCH.with(|c| c.replace(true)) {
+        return;
+    }
+    if let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == Mode::Exact) {
+        if let (Some(rt), Ok(method)) = (engine.runtime.get(), engine.jvmti.current_frame_method()) {
+            let wrapped = engine.jvmti.method_name(method).is_ok_and(|(name, _)| name.starts_with(NATIVE_PREFIX));
+            if wrapped {
+                // SAFETY: the JVM passed this thread's JNIEnv to the JNI function we replaced.
+                let jni = unsafe { Jni::from_raw(env) };
+                let _ = jni.call_static_void(rt.exact.caught.0, rt.exact.caught.1, &[]);
+                engine.exact.native_catches.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    IN_NATIVE_CATCH.with(|c| c.set(false));
 }
 
 /// The weight (bytecodes) and the full block vector of a node from its block counters: block 0 is the

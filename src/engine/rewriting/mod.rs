@@ -297,7 +297,10 @@ impl RewritingEngine {
         match options.mode {
             Mode::Exact => {
                 self.exact.reset(options.bb);
-                rt.exact.init(jni, options.threads, thread_fields::added())?
+                rt.exact.init(jni, options.threads, thread_fields::added())?;
+                if self.wrap_natives {
+                    exact::intercept_native_catches(self.jvmti)?;
+                }
             }
             _ => {
                 bytecode::reset(self);

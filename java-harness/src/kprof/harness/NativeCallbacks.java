@@ -7,7 +7,10 @@ import java.lang.reflect.Method;
  * ({@code libkprof_harness_callbacks.so}, built by build.rs from java-harness/jni, path in the system
  * property {@code kprof.harness.jni}): main → chain → up → [native] → up → [native] → ... → work, so
  * {@code work} is always below exactly {@code depth + 1} frames of {@code up}. A callback that throws
- * through the native frames is caught in {@code chain}, which then calls {@code afterThrow}. Reflection
+ * through the native frames is caught in {@code chain}, which then calls {@code afterThrow}; one that throws
+ * through two native frames is caught by the outer native code ({@code catchThenCall}: JNI
+ * {@code ExceptionClear}, in the first round {@code ExceptionDescribe}, which prints it to stderr), which
+ * then calls {@code afterCatch} back: {@code afterCatch} is always below main → chain → catchThenCall. Reflection
  * ({@code Method.invoke}: native accessors on JDK 17, method handles on newer JDKs, neither rewritten)
  * calls {@code reflected}. Without the property only the reflection part runs. Prints
  * {@code callbacks: rounds=N jni=on|off checksum=S}.
@@ -17,6 +20,10 @@ public final class NativeCallbacks {
 
     /** Calls {@code target.up(depth)} through JNI and returns its result; rethrows what it throws. */
     static native long callUp(NativeCallbacks target, int depth);
+
+    /** Calls {@code thrower.up(depth)}, catches what it throws (clears it, or describes it when
+     *  {@code describe}), then calls {@link #afterCatch} and returns its result plus 1000. */
+    static native long catchThenCall(NativeCallbacks thrower, int depth, boolean describe);
 
     final boolean throwAtBottom;
 
@@ -50,6 +57,14 @@ public final class NativeCallbacks {
         return s;
     }
 
+    static long afterCatch(int n) {
+        long s = 7;
+        for (int i = 0; i < n; i++) {
+            s = s * 17 + i % 7;
+        }
+        return s;
+    }
+
     public static long reflected(int n) {
         long s = 0;
         for (int i = 0; i < n; i++) {
@@ -58,14 +73,15 @@ public final class NativeCallbacks {
         return s;
     }
 
-    static long chain() {
+    static long chain(boolean first) {
         long s = new NativeCallbacks(false).up(DEPTH);
         try {
             new NativeCallbacks(true).up(DEPTH);
         } catch (IllegalArgumentException e) {
             s += afterThrow(3000);
         }
-        return s;
+        // Last: in bytecode mode the caught callback's frames stay on the reified stack until chain returns.
+        return s + catchThenCall(new NativeCallbacks(true), 2, first);
     }
 
     static long viaReflection(Method m, int r) throws Exception {
@@ -82,7 +98,7 @@ public final class NativeCallbacks {
         long checksum = 0;
         for (int r = 0; r < rounds; r++) {
             if (lib != null) {
-                checksum = checksum * 31 + chain();
+                checksum = checksum * 31 + chain(r == 0);
             }
             checksum = checksum * 31 + viaReflection(m, r);
         }

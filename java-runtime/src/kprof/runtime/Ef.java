@@ -34,6 +34,14 @@ public final class Ef {
         return Exact.called(state(), method, blocks);
     }
 
+    /** {@link Exact#caught}, for the thread's state in its field (the agent calls it through JNI). */
+    static void caught() {
+        ExactState s = Thread.currentThread().kprof$x;
+        if (s != null) {
+            Exact.caught(s);
+        }
+    }
+
     /** {@link Exact#mute}. */
     @ForceInline
     public static void mute() {

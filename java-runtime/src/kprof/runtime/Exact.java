@@ -26,8 +26,9 @@ import jdk.internal.vm.annotation.ForceInline;
  *                         (a returning block without calls uses countExit/blockExit at its start instead)
  *   leaf methods:         ldc ID; ldc N; invokestatic Ef.enterLeaf(II)C; astore C; counts as above;
  *                         at returns B goes to C (count), nothing else at returns or handlers
- *   native wrappers:      enter as above with N = 0; before the call of the native: aload S; iconst_m1;
- *                         putfield S.site; exit before the return
+ *   native wrappers:      enter as above with N = 0, then aload S; aload C; invokestatic Exact.nativeEnter(SC)C;
+ *                         astore O; before the return: aload S; aload O; invokestatic Exact.nativeLeave(SC)V
+ *                         and exit; a catch-all handler: aload S; aload O; invokestatic Exact.nativeLeave; athrow
  *   intrinsic candidates: not counted; invokestatic Ef.mute()V before and Ef.unmute()V after each call
  * </pre>
  *
@@ -50,7 +51,10 @@ import jdk.internal.vm.annotation.ForceInline;
  * callsite it wrote, finds or creates the child, and leaves {@code cur} = that child for callees; a normal
  * return restores {@code cur} = parent; an exception handler re-asserts {@code cur} = its own node. Leaf
  * methods (no calls, no {@code new}) never move it. A native wrapper is a node of the native method; code the native calls back runs with
- * {@code cur} = that node and callsite -1.
+ * {@code cur} = that node and callsite -1. Native code that catches what a callback threw (JNI
+ * {@code ExceptionClear}, {@code ExceptionDescribe}) is no rewritten handler: the agent intercepts those
+ * two JNI functions and, when the innermost Java frame is a wrapped native, calls {@link #caught}, which
+ * re-asserts the wrapper's node as a handler would.
  *
  * <p>Each thread counts into its own tree ({@link ExactState}): no atomics or shared writes on the fast
  * path. The trees go into the agent's one tree ({@link #merge}) when a thread ends and when the agent
@@ -236,6 +240,50 @@ public final class Exact {
             s.muteNest = 0;
             s.muteArm = -1;
         }
+    }
+
+    /** Native wrapper, after its prologue and before it calls the native: the wrapper's node is the one
+     *  callbacks hang below, also after the native code clears an exception ({@link #caught}). Returns
+     *  the outer wrapper's node, for {@link #nativeLeave}. */
+    @ForceInline
+    public static ExactNode nativeEnter(ExactState s, ExactNode c) {
+        ExactNode outer = s.nativeNode;
+        if (s != OFF) {
+            // The node cur is now: the wrapper's own, or its caller's when the wrapper counted on the overflow
+            // node (which never becomes current); none when the wrapper counts nothing (muted, off).
+            s.nativeNode = c != DUMMY ? s.slots[(int) (s.cur >>> 32) - 1] : null;
+            s.site = -1;
+        }
+        return outer;
+    }
+
+    /** Native wrapper, when the native returns or throws: the outer wrapper's node again. */
+    @ForceInline
+    public static void nativeLeave(ExactState s, ExactNode outer) {
+        if (s != OFF) {
+            s.nativeNode = outer;
+        }
+    }
+
+    /** Called by the agent (JNI, on the thread itself) after native code whose innermost Java frame is a
+     *  native wrapper cleared a pending exception: whatever the callbacks' frames it unwound left in
+     *  {@code cur}, the native's code runs in the wrapper's node, as after a handler of a rewritten method.
+     *  (With Thread fields the agent calls {@link Ef#caught}.) */
+    static void caught() {
+        caught(current());
+    }
+
+    static void caught(ExactState s) {
+        ExactNode n = s.nativeNode;
+        if (s == OFF || n == null) {
+            return;
+        }
+        s.cur = s.tableOf(n);
+        s.site = -1;
+        // A mute bracket still open was opened below the wrapper (a muted wrapper sets no node): the
+        // exception ended it.
+        s.muteNest = 0;
+        s.muteArm = -1;
     }
 
     /** Before a call in an intrinsic candidate: the callee, and everything it calls, counts nothing, as it

@@ -50,6 +50,12 @@ public final class ExactState {
      *  ({@link ExactNode#kids}): the lookup needs nothing else of it. Every node that becomes current gets
      *  a table ({@link #tableOf}), so the table tells the node. */
     public long cur;
+    /** The node of the innermost native wrapper running on this thread, the node whose table {@link #cur}
+     *  must be while its native code runs (null: none, or one that counts nothing). Set and reset by the
+     *  wrappers ({@link Exact#nativeEnter}, {@link Exact#nativeLeave}); read when the native code clears an
+     *  exception that Java code it called back threw ({@link Exact#caught}). A node, not its table: the
+     *  node's table moves when it grows. */
+    ExactNode nativeNode;
     /** CCT node of the thread's root in the agent's tree. */
     int root;
     /** Next state in the same bucket of {@link Exact}'s table. */
