@@ -168,7 +168,7 @@ unsafe extern "C" fn exception_clear(env: *mut JNIEnv) {
         // SAFETY: the JVM's own ExceptionClear, with the caller's arguments.
         unsafe { clear(env) };
     }
-    crate::agent::guard((), || after_native_catch(env));
+    after_native_catch(env);
 }
 
 /// JNI `ExceptionDescribe` (prints and clears the pending exception), as installed by
@@ -181,30 +181,32 @@ unsafe extern "C" fn exception_describe(env: *mut JNIEnv) {
         // SAFETY: the JVM's own ExceptionDescribe, with the caller's arguments.
         unsafe { describe(env) };
     }
-    crate::agent::guard((), || after_native_catch(env));
+    after_native_catch(env);
 }
 
-/// After native code cleared a pending exception: when the innermost Java frame is a wrapped native (the
-/// exception came from Java code that native called back, or from a JNI call it made), the thread's
-/// current node goes back to the wrapper's, where that native's code runs (`Exact.caught`). Anything else
-/// (a native without a wrapper, a thread without Java frames, kprof's own JNI calls from a Java method it
-/// called) changes nothing.
+/// After native code cleared a pending exception: [`restore_wrapper_node`], unless the thread is already in
+/// here (kprof's own JNI calls below may clear an exception) or is tearing down its thread-locals.
 fn after_native_catch(env: *mut JNIEnv) {
-    if IN_NATIVE_CATCH.with(|c| c.replace(true)) {
+    if IN_NATIVE_CATCH.try_with(|c| c.replace(true)) != Ok(false) {
         return;
     }
-    if let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == Mode::Exact) {
-        if let (Some(rt), Ok(method)) = (engine.runtime.get(), engine.jvmti.current_frame_method()) {
-            let wrapped = engine.jvmti.method_name(method).is_ok_and(|(name, _)| name.starts_with(NATIVE_PREFIX));
-            if wrapped {
-                // SAFETY: the JVM passed this thread's JNIEnv to the JNI function we replaced.
-                let jni = unsafe { Jni::from_raw(env) };
-                let _ = jni.call_static_void(rt.exact.caught.0, rt.exact.caught.1, &[]);
-                engine.exact.native_catches.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+    crate::agent::guard((), || restore_wrapper_node(env));
+    let _ = IN_NATIVE_CATCH.try_with(|c| c.set(false));
+}
+
+/// When the innermost Java frame is a wrapped native (the exception came from Java code that native
+/// called back, or from a JNI call it made), puts the thread's current node back to the wrapper's, where
+/// that native's code runs (`Exact.caught`). Anything else (a native without a wrapper, a thread without
+/// Java frames, kprof's own JNI calls from a Java method it called) changes nothing.
+fn restore_wrapper_node(env: *mut JNIEnv) {
+    let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == Mode::Exact) else { return };
+    let (Some(rt), Ok(method)) = (engine.runtime.get(), engine.jvmti.current_frame_method()) else { return };
+    if engine.jvmti.method_name(method).is_ok_and(|(name, _)| name.starts_with(NATIVE_PREFIX)) {
+        // SAFETY: the JVM passed this thread's JNIEnv to the JNI function we replaced.
+        let jni = unsafe { Jni::from_raw(env) };
+        let _ = jni.call_static_void(rt.exact.caught.0, rt.exact.caught.1, &[]);
+        engine.exact.native_catches.fetch_add(1, Ordering::Relaxed);
     }
-    IN_NATIVE_CATCH.with(|c| c.set(false));
 }
 
 /// The weight (bytecodes) and the full block vector of a node from its block counters: block 0 is the
