@@ -85,10 +85,8 @@ impl ExactRuntime {
             jni.static_method_id(class, name, sig).ok_or(format!("kprof.runtime.Exact.{name} not found"))
         };
         let caught = if super::thread_fields::added() {
-            let ef = jni.find_class("kprof/runtime/Ef").ok_or("the runtime class kprof/runtime/Ef cannot be loaded")?;
-            let global = jni.new_global_ref(ef);
-            jni.delete_local_ref(ef);
-            (global, jni.static_method_id(global, "caught", "()V").ok_or("kprof.runtime.Ef.caught not found")?)
+            let ef = runtime_class(jni, "kprof/runtime/Ef", &[])?;
+            (ef, jni.static_method_id(ef, "caught", "()V").ok_or("kprof.runtime.Ef.caught not found")?)
         } else {
             (class, method("caught", "()V")?)
         };
@@ -143,14 +141,13 @@ thread_local! {
 /// frame that threw. The replacements do what the JVM's do, then, when the innermost Java frame is a
 /// native method kprof wrapped, hand the current node back to the wrapper's ([`after_native_catch`]).
 pub(super) fn intercept_native_catches(jvmti: Jvmti) -> Result<(), String> {
-    if ORIGINAL_JNI.get().is_some() {
-        return Ok(());
-    }
     let original = jvmti.jni_function_table().map_err(|e| format!("GetJNIFunctionTable: {e}"))?;
     if original.ExceptionClear.is_none() || original.ExceptionDescribe.is_none() {
         return Err("the JNI function table has no ExceptionClear or ExceptionDescribe".into());
     }
     let mut table = original;
+    // Once per process: a later session's table already holds the replacements, which must never become
+    // the "originals" they call.
     if ORIGINAL_JNI.set(OriginalJni(original)).is_err() {
         return Ok(());
     }

@@ -523,7 +523,9 @@ fn runtime_class(jni: Jni, name: &str, natives: &[(&str, &str, *mut c_void)]) ->
     let local = jni.find_class(name).ok_or(format!("the runtime class {name} cannot be loaded"))?;
     let class = jni.new_global_ref(local) as jclass;
     jni.delete_local_ref(local);
-    jni.register_natives(class, natives)?;
+    if !natives.is_empty() {
+        jni.register_natives(class, natives)?;
+    }
     Ok(class)
 }
 

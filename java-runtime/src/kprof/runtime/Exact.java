@@ -235,11 +235,18 @@ public final class Exact {
     @ForceInline
     public static void handler(ExactState s, ExactNode c) {
         if (c != DUMMY && c != s.overflow) {
-            s.cur = s.tableOf(c);
-            s.site = -1;
-            s.muteNest = 0;
-            s.muteArm = -1;
+            resume(s, c);
         }
+    }
+
+    /** Callees hang below {@code n} again, from no known callsite; a mute bracket still open was opened
+     *  below {@code n} (a muted invocation moves nothing), and the exception that brought us here ended it. */
+    @ForceInline
+    private static void resume(ExactState s, ExactNode n) {
+        s.cur = s.tableOf(n);
+        s.site = -1;
+        s.muteNest = 0;
+        s.muteArm = -1;
     }
 
     /** Native wrapper, after its prologue and before it calls the native: the wrapper's node is the one
@@ -275,15 +282,10 @@ public final class Exact {
 
     static void caught(ExactState s) {
         ExactNode n = s.nativeNode;
-        if (s == OFF || n == null) {
-            return;
+        if (s != OFF && n != null) {
+            // A muted wrapper sets no node, so n was counted: as at a handler of n's invocation.
+            resume(s, n);
         }
-        s.cur = s.tableOf(n);
-        s.site = -1;
-        // A mute bracket still open was opened below the wrapper (a muted wrapper sets no node): the
-        // exception ended it.
-        s.muteNest = 0;
-        s.muteArm = -1;
     }
 
     /** Before a call in an intrinsic candidate: the callee, and everything it calls, counts nothing, as it
