@@ -77,9 +77,18 @@ impl Resolver {
     pub fn profile(&mut self, snap: &[SnapNode], meta: Meta, src: &NameSources) -> Profile {
         let mut profile = Profile { meta, frames: Vec::new(), nodes: Vec::with_capacity(snap.len()) };
         let mut interner = FrameInterner::default();
+        // Each frame id is named and interned once: an exact profile has millions of nodes and thousands
+        // of frames, and cloning and hashing a name per node took seconds.
+        let mut interned: HashMap<FrameId, u32> = HashMap::new();
         for (i, n) in snap.iter().enumerate() {
-            let frame = self.frame(n.frame, src);
-            let frame = interner.intern(&mut profile, frame);
+            let frame = match interned.get(&n.frame) {
+                Some(&f) => f,
+                None => {
+                    let f = interner.intern(&mut profile, self.frame(n.frame, src));
+                    interned.insert(n.frame, f);
+                    f
+                }
+            };
             profile.nodes.push(Node {
                 frame,
                 callsite: n.callsite,

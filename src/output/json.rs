@@ -8,6 +8,7 @@
 use crate::profile::{BlockCount, Frame, FrameKind, Meta, Metric, Node, Profile, WeightUnit};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::io::Write;
 
 /// The value of `"format"`.
 pub const FORMAT: &str = "kprof-cct";
@@ -61,23 +62,6 @@ struct BlockJson {
     count: u64,
 }
 
-#[derive(Serialize)]
-struct NodeOut<'a> {
-    id: u32,
-    parent: i64,
-    frame: u32,
-    callsite: i32,
-    samples: u64,
-    weight: u64,
-    calls: u64,
-    total_samples: u64,
-    total_weight: u64,
-    total_calls: u64,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    blocks: Vec<BlockJson>,
-    children: &'a [u32],
-}
-
 #[derive(Deserialize)]
 struct NodeIn {
     #[serde(default)]
@@ -122,6 +106,14 @@ fn metric_key(m: Metric) -> &'static str {
 /// Renders the profile as a `kprof-cct` JSON document (every counter, self and inclusive).
 pub fn render(profile: &Profile) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + profile.frames.len() * 96 + profile.nodes.len() * 160);
+    write_to(profile, &mut out).expect("writing to memory cannot fail");
+    out
+}
+
+/// Writes what [`render`] makes to `out` as it goes: an exact profile's millions of nodes are never held
+/// as text. Nodes are formatted by hand (their fields are numbers), which takes a fraction of what
+/// serde's per-node serialization did on such trees; the golden test pins the format.
+pub fn write_to(profile: &Profile, out: &mut dyn Write) -> std::io::Result<()> {
     let meta = &profile.meta;
     let meta_json = MetaJson {
         mode: meta.mode.clone(),
@@ -135,13 +127,13 @@ pub fn render(profile: &Profile) -> Vec<u8> {
         counters: meta.counters.clone(),
     };
     let [samples, weight, calls] = [Metric::Samples, Metric::Weight, Metric::Calls].map(|m| profile.totals(m));
-    out.extend_from_slice(format!("{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\n\"meta\":").as_bytes());
-    write(&mut out, &meta_json);
-    out.extend_from_slice(b",\n\"totals\":");
-    write(&mut out, &TotalsJson { samples: samples[0], weight: weight[0], calls: calls[0] });
-    out.extend_from_slice(b",\n\"frames\":[");
+    write!(out, "{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\n\"meta\":")?;
+    write(out, &meta_json)?;
+    out.write_all(b",\n\"totals\":")?;
+    write(out, &TotalsJson { samples: samples[0], weight: weight[0], calls: calls[0] })?;
+    out.write_all(b",\n\"frames\":[")?;
     for (i, f) in profile.frames.iter().enumerate() {
-        out.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
+        out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
         let frame = FrameJson {
             kind: f.kind.as_str().to_string(),
             class: f.class.clone(),
@@ -149,39 +141,65 @@ pub fn render(profile: &Profile) -> Vec<u8> {
             signature: f.signature.clone(),
             name: f.display_name(),
         };
-        write(&mut out, &frame);
+        write(out, &frame)?;
     }
-    out.extend_from_slice(b"],\n\"nodes\":[");
+    out.write_all(b"],\n\"nodes\":[")?;
     let parents = profile.parents();
+    let mut line = Vec::with_capacity(512);
+    let mut num = itoa::Buffer::new();
     for (i, n) in profile.nodes.iter().enumerate() {
-        out.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
-        let node = NodeOut {
-            id: i as u32,
-            parent: if i == 0 { -1 } else { parents[i] as i64 },
-            frame: n.frame,
-            callsite: n.callsite,
-            samples: n.samples,
-            weight: n.weight,
-            calls: n.calls,
-            total_samples: samples[i],
-            total_weight: weight[i],
-            total_calls: calls[i],
-            blocks: n
-                .blocks
-                .iter()
-                .map(|b| BlockJson { start_bci: b.start_bci, end_bci: b.end_bci, count: b.count })
-                .collect(),
-            children: &n.children,
-        };
-        write(&mut out, &node);
+        line.clear();
+        line.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
+        let parent = if i == 0 { -1 } else { parents[i] as i64 };
+        line.extend_from_slice(b"{\"id\":");
+        line.extend_from_slice(num.format(i).as_bytes());
+        line.extend_from_slice(b",\"parent\":");
+        line.extend_from_slice(num.format(parent).as_bytes());
+        line.extend_from_slice(b",\"frame\":");
+        line.extend_from_slice(num.format(n.frame).as_bytes());
+        line.extend_from_slice(b",\"callsite\":");
+        line.extend_from_slice(num.format(n.callsite).as_bytes());
+        let counters: [(&[u8], u64); 6] = [
+            (b",\"samples\":", n.samples),
+            (b",\"weight\":", n.weight),
+            (b",\"calls\":", n.calls),
+            (b",\"total_samples\":", samples[i]),
+            (b",\"total_weight\":", weight[i]),
+            (b",\"total_calls\":", calls[i]),
+        ];
+        for (key, value) in counters {
+            line.extend_from_slice(key);
+            line.extend_from_slice(num.format(value).as_bytes());
+        }
+        if !n.blocks.is_empty() {
+            line.extend_from_slice(b",\"blocks\":[");
+            for (k, b) in n.blocks.iter().enumerate() {
+                line.extend_from_slice(if k == 0 { b"{\"start_bci\":" } else { b",{\"start_bci\":" });
+                line.extend_from_slice(num.format(b.start_bci).as_bytes());
+                line.extend_from_slice(b",\"end_bci\":");
+                line.extend_from_slice(num.format(b.end_bci).as_bytes());
+                line.extend_from_slice(b",\"count\":");
+                line.extend_from_slice(num.format(b.count).as_bytes());
+                line.push(b'}');
+            }
+            line.push(b']');
+        }
+        line.extend_from_slice(b",\"children\":[");
+        for (k, &c) in n.children.iter().enumerate() {
+            if k > 0 {
+                line.push(b',');
+            }
+            line.extend_from_slice(num.format(c).as_bytes());
+        }
+        line.extend_from_slice(b"]}");
+        out.write_all(&line)?;
     }
-    out.extend_from_slice(b"]}\n");
-    out
+    out.write_all(b"]}\n")
 }
 
-/// Appends `value` as JSON (serde_json cannot fail on these plain types).
-fn write<T: Serialize>(out: &mut Vec<u8>, value: &T) {
-    serde_json::to_writer(out, value).expect("JSON of plain data");
+/// Writes `value` as JSON.
+fn write<T: Serialize>(out: &mut dyn Write, value: &T) -> std::io::Result<()> {
+    serde_json::to_writer(out, value).map_err(std::io::Error::from)
 }
 
 /// Reads a `kprof-cct` JSON document back into the profile it was written from. The inclusive totals

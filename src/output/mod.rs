@@ -106,8 +106,8 @@ pub fn read_profile(path: &Path) -> Result<Profile, String> {
     }
 }
 
-/// Writes `profile` in `format` to `path` atomically, as [`render`] would make it; collapsed stacks go to
-/// the file as they are made (see [`collapsed::Lines`]).
+/// Writes `profile` in `format` to `path` atomically, as [`render`] would make it; collapsed stacks and
+/// JSON go to the file as they are made (see [`collapsed::Lines`], [`json::write_to`]).
 pub fn write_profile(path: &Path, profile: &Profile, format: Format, metric: Metric) -> std::io::Result<PathBuf> {
     match format {
         Format::Collapsed => {
@@ -126,6 +126,7 @@ pub fn write_profile(path: &Path, profile: &Profile, format: Format, metric: Met
             }
             write_atomic_with(path, |out| lines.write(out))
         }
+        Format::Json => write_atomic_with(path, |out| json::write_to(profile, out)),
         _ => write_atomic(path, &render(profile, format, metric)),
     }
 }
