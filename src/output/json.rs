@@ -55,7 +55,7 @@ struct FrameJson {
     name: String,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct BlockJson {
     start_bci: u32,
     end_bci: u32,
