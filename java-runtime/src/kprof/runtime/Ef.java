@@ -25,13 +25,13 @@ public final class Ef {
     /** {@link Exact#enterLeaf} (a real call, as there). */
     @DontInline
     public static ExactNode enterLeaf(int method, int n) {
-        return Exact.leaf(state(), method, n);
+        return Exact.leaf(state(), method, n, 0);
     }
 
     /** {@link Exact#enterLeafBlocks} (a real call, as there). */
     @DontInline
     public static ExactNode enterLeafBlocks(int method, int blocks) {
-        return Exact.called(state(), method, blocks);
+        return Exact.leaf(state(), method, 0, blocks);
     }
 
     /** {@link Exact#caught}, for the thread's state in its field (the agent calls it through JNI). */

@@ -76,8 +76,9 @@ public final class Exact {
     /** The node of invocations that count nothing (profiling off, or below an intrinsic candidate);
      *  written by every thread, never read. */
     static final ExactNode DUMMY = new ExactNode(0, 0, 0, 65536);
-    /** The state of threads while profiling is off. */
-    static final ExactState OFF = new ExactState(null, 0, 2);
+    /** The state of threads while profiling is off. Its mute is armed on its current node for good, so the
+     *  prologues' mute check also tells OFF (one compare less per call); nothing moves either. */
+    static final ExactState OFF = offState();
 
     private static final int BUCKETS = 1 << 12;
     /** Per-thread states, hashed by thread id, chained through {@link ExactState#next}; written under LOCK. */
@@ -93,6 +94,12 @@ public final class Exact {
     private static final long MAX_NODES = 1 << 24;
 
     private Exact() {}
+
+    private static ExactState offState() {
+        ExactState s = new ExactState(null, 0, 2);
+        s.muteArm = s.cur;
+        return s;
+    }
 
     /** Prologue, first: the thread's state (kept in a local for the exit, handler and callsite writes). */
     @ForceInline
@@ -111,24 +118,45 @@ public final class Exact {
      *  call costs (docs/BENCHMARKS.md, 2026-11-24). */
     @DontInline
     public static ExactNode enter(ExactState s, int method, int n) {
-        ExactNode c = called(s, method, 0);
-        if (c != DUMMY) {
-            if (c != s.overflow) {
-                s.cur = s.tableOf(c);
-            } else {
-                c.bytecodes += n;
-            }
-        }
-        return c;
+        return enter(s, method, n, 0);
     }
 
     /** {@link #enter} with {@code bb=on}: the node has {@code blocks} block counters; bytecodes are
      *  computed from them when the tree is written. A real call, as {@link #enter}. */
     @DontInline
     public static ExactNode enterBlocks(ExactState s, int method, int blocks) {
-        ExactNode c = called(s, method, blocks);
-        if (c != DUMMY && c != s.overflow) {
+        return enter(s, method, 0, blocks);
+    }
+
+    /** {@link #enter} and {@link #enterBlocks}. The hit path (the child in its home slot) is all that runs
+     *  on most calls, so it does no more than it must: a node found in a table is never {@link #DUMMY}
+     *  nor the overflow node (neither is ever put in one), so only the miss path asks. */
+    @ForceInline
+    private static ExactNode enter(ExactState s, int method, int n, int blocks) {
+        long t = s.cur;
+        if (t == s.muteArm) {
+            return DUMMY;
+        }
+        long key = s.key(method);
+        ExactNode c = s.slots[ExactState.home(t, key)];
+        if (c != null && c.key == key) {
+            c.calls++;
             s.cur = s.tableOf(c);
+            return c;
+        }
+        return enterMiss(s, t, key, n, blocks);
+    }
+
+    /** {@link #enter} when the child is not in its home slot: elsewhere in the table, new, or the overflow
+     *  node (which never becomes current, and counts the bytecodes of the first block itself). */
+    @DontInline
+    private static ExactNode enterMiss(ExactState s, long t, long key, int n, int blocks) {
+        ExactNode c = s.find(t, key, blocks);
+        c.calls++;
+        if (c != s.overflow) {
+            s.cur = s.tableOf(c);
+        } else {
+            c.bytecodes += n;
         }
         return c;
     }
@@ -137,35 +165,40 @@ public final class Exact {
      *  A real call, as {@link #enter}. */
     @DontInline
     public static ExactNode enterLeaf(int method, int n) {
-        return leaf(current(), method, n);
-    }
-
-    /** {@link #enterLeaf} for the state {@code s}. */
-    @ForceInline
-    static ExactNode leaf(ExactState s, int method, int n) {
-        ExactNode c = called(s, method, 0);
-        if (c == s.overflow) {
-            c.bytecodes += n;
-        }
-        return c;
+        return leaf(current(), method, n, 0);
     }
 
     /** {@link #enterLeaf} with {@code bb=on}. */
     @DontInline
     public static ExactNode enterLeafBlocks(int method, int blocks) {
-        return called(current(), method, blocks);
+        return leaf(current(), method, 0, blocks);
     }
 
-    /** The node of a call of {@code method} from the current node and callsite, its call counted; DUMMY
-     *  (whose counters nobody reads) when profiling is off or the call is below an intrinsic candidate. */
+    /** {@link #enterLeaf} and {@link #enterLeafBlocks} for the state {@code s}: {@link #enter} without
+     *  moving the current node. */
     @ForceInline
-    static ExactNode called(ExactState s, int method, int blocks) {
-        long p = s.cur;
-        if (s == OFF || p == s.muteArm) {
+    static ExactNode leaf(ExactState s, int method, int n, int blocks) {
+        long t = s.cur;
+        if (t == s.muteArm) {
             return DUMMY;
         }
-        ExactNode c = s.child(p, method, blocks);
+        long key = s.key(method);
+        ExactNode c = s.slots[ExactState.home(t, key)];
+        if (c != null && c.key == key) {
+            c.calls++;
+            return c;
+        }
+        return leafMiss(s, t, key, n, blocks);
+    }
+
+    /** {@link #leaf} when the child is not in its home slot. */
+    @DontInline
+    private static ExactNode leafMiss(ExactState s, long t, long key, int n, int blocks) {
+        ExactNode c = s.find(t, key, blocks);
         c.calls++;
+        if (c == s.overflow) {
+            c.bytecodes += n;
+        }
         return c;
     }
 
@@ -218,13 +251,15 @@ public final class Exact {
         leave(s, c);
     }
 
-    /** The caller's node again. An invocation that counted nothing ({@link #DUMMY}: below an intrinsic
-     *  candidate) never moved {@code cur}, so it leaves it alone: restoring DUMMY's parent would hang the
-     *  rest of its caller's calls below the thread's root. */
+    /** The caller's node again. An invocation that never moved {@code cur} leaves it alone: one that
+     *  counted nothing ({@link #DUMMY}: below an intrinsic candidate; restoring a parent would hang the rest
+     *  of its caller's calls below the thread's root) or counted on the overflow node. Neither has a parent's
+     *  table ({@link ExactNode#parentKids} 0, which no table is), so one load and test tells both. */
     @ForceInline
     private static void leave(ExactState s, ExactNode c) {
-        if (c != DUMMY && c != s.overflow) {
-            s.cur = c.parentKids;
+        long back = c.parentKids;
+        if (back != 0) {
+            s.cur = back;
             s.site = -1;
         }
     }
@@ -311,7 +346,8 @@ public final class Exact {
 
     @ForceInline
     static void unmute(ExactState s) {
-        if (s.muteNest > 0 && --s.muteNest == 0) {
+        // OFF's mute stays armed (its mute above rewrites the same value: harmless).
+        if (s != OFF && s.muteNest > 0 && --s.muteNest == 0) {
             s.muteArm = -1;
             // What the muted calls wrote (their callees counted nothing, so consumed nothing) is no call of
             // the code around the bracket: a caller that is not rewritten would hand it to its next callee.

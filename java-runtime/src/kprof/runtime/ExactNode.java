@@ -21,7 +21,9 @@ public final class ExactNode {
     /** Where the children are: {@link ExactState#table} of this node's children in the thread's
      *  {@link ExactState#slots} (0: none yet; made when the node first becomes the current node). */
     long kids;
-    /** The parent's {@link #kids}, for the return: kept in step when the parent's table moves. */
+    /** The parent's {@link #kids}, for the return: kept in step when the parent's table moves. 0 (no
+     *  table) for the root, {@link Exact#DUMMY} and the overflow node, whose invocations never move the
+     *  current node, so their returns must not either. */
     long parentKids;
     /** Children in the table {@link #kids}. */
     int kidCount;

@@ -30,7 +30,7 @@ public final class ExactState {
      *  calls from native code. */
     public int site = -1;
     /** Invocations entering below the node whose table this is count nothing (calls made by an intrinsic
-     *  candidate); -1: none. */
+     *  candidate); -1: none. {@link Exact#OFF}'s is always its {@link #cur}. */
     long muteArm = -1;
     /** Nesting of {@link Exact#mute} brackets. */
     int muteNest;
@@ -75,18 +75,19 @@ public final class ExactState {
         cur = tableOf(nodes[0]);
     }
 
-    /** The child of the current node (table {@code t}, {@link #cur}) for method {@code method} called from
-     *  the current callsite, with room for {@code blocks} block counters; created on first use. */
+    /** The key of a call of {@code method} from the current callsite, which it consumes (leaf methods have
+     *  no exit that resets it, see {@link Exact#exit}). */
     @ForceInline
-    ExactNode child(long t, int method, int blocks) {
+    long key(int method) {
         long key = ((long) site << 32) | (method & 0xffffffffL);
-        // Consumed (leaf methods have no exit that resets it, see Exact.exit).
         site = -1;
-        ExactNode c = slots[(int) (t >>> 32) + (hash(key) & (int) t)];
-        if (c != null && c.key == key) {
-            return c;
-        }
-        return find(t, key, blocks);
+        return key;
+    }
+
+    /** The home slot of {@code key} in table {@code t}: where the lookup looks first. */
+    @ForceInline
+    static int home(long t, long key) {
+        return (int) (t >>> 32) + (hash(key) & (int) t);
     }
 
     /** Each node has its own table of children, so only siblings collide, and the table of a method that
@@ -97,14 +98,14 @@ public final class ExactState {
     }
 
     /** A table of children: {@code base << 32 | (length - 1)}, the slots {@code base .. base + length - 1}
-     *  of {@link #slots}. */
+     *  of {@link #slots}. Never 0: the slot before {@code base} holds the table's node. */
     static long table(int base, int length) {
         return ((long) base << 32) | (length - 1);
     }
 
-    /** The rest of the probe sequence in table {@code t}, the current node's; creates the node when it is
-     *  not there. */
-    @DontInline
+    /** The node of {@code key} in table {@code t}, the current node's, with room for {@code blocks} block
+     *  counters: created when it is not there (the overflow node once the budget is spent). The prologues'
+     *  miss path ({@link Exact#enter} looks in the home slot first). */
     ExactNode find(long t, long key, int blocks) {
         int base = (int) (t >>> 32);
         int mask = (int) t;
