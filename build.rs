@@ -33,11 +33,7 @@ fn main() {
     let stub_deps = out.join("thread-stub-deps");
     compile_java_files(
         &jdk,
-        &[
-            runtime_src.join("kprof/runtime/T.java"),
-            runtime_src.join("kprof/runtime/ExactState.java"),
-            runtime_src.join("kprof/runtime/ExactNode.java"),
-        ],
+        &[runtime_src.join("kprof/runtime/T.java"), runtime_src.join("kprof/runtime/ExactState.java")],
         &stub_deps,
         &["--add-exports", "java.base/jdk.internal.vm.annotation=ALL-UNNAMED"],
     );

@@ -503,15 +503,16 @@ fn harness_programs_print_the_same_result_with_mode_exact_under_verification() {
 }
 
 #[test]
-fn a_small_heap_spends_the_node_budget_and_the_rest_is_counted_as_overflow() {
-    // The per-thread trees live on the application's heap, at most a quarter of it: with 32 MB,
-    // Deterministic's 90,000 contexts do not fit. The program must run as without the agent, and every
-    // call must still be counted, the ones beyond the budget under [cct_overflow].
+fn a_small_budget_spends_the_tree_memory_and_the_rest_is_counted_as_overflow() {
+    // The per-thread trees live in native memory, twice `cct_mb` over all threads: with cct_mb=1,
+    // Deterministic's 90,000 contexts fit neither the trees nor the agent's tree. The program must run as
+    // without the agent, and every call must still be counted, the ones beyond the budget under
+    // [cct_overflow].
     for_each_jdk(|jdk| {
         let dir = scratch(&format!("exact-budget-{}", jdk.label()));
         let main = "kprof.harness.Deterministic";
         let (full, pf) = profile(jdk, &dir, "full", "threads=on", &[], main, &[]);
-        let (small, p) = profile(jdk, &dir, "small", "threads=on", &["-Xmx32m"], main, &[]);
+        let (small, p) = profile(jdk, &dir, "small", "threads=on,cct_mb=1", &[], main, &[]);
         let (f, s) = (full.summary(), small.summary());
         assert_eq!(f["overflow"], "0", "{}", jdk.label());
         let overflow: u64 = s["overflow"].parse().unwrap();

@@ -293,6 +293,14 @@ impl Snippet {
         self.store(ValueKind::Int, index)
     }
 
+    pub fn lload(&mut self, index: u16) -> &mut Self {
+        self.load(ValueKind::Long, index)
+    }
+
+    pub fn lstore(&mut self, index: u16) -> &mut Self {
+        self.store(ValueKind::Long, index)
+    }
+
     pub fn aload(&mut self, index: u16) -> &mut Self {
         self.load(ValueKind::Reference, index)
     }

@@ -24,14 +24,17 @@ pub const RUNTIME_CLASS: &str = "kprof/runtime/Exact";
 /// The helpers that find the thread's state, when java.lang.Thread has kprof's fields.
 pub const FIELDS_RUNTIME_CLASS: &str = "kprof/runtime/Ef";
 pub const STATE_CLASS: &str = "kprof/runtime/ExactState";
-pub const NODE_CLASS: &str = "kprof/runtime/ExactNode";
+/// Most slots of a context's table of children (`Exact.CAP`): one per callsite, and slot 0 for calls of no
+/// known callsite, shared by `site % CAP` beyond that.
+const TABLE_CAP: usize = 32;
 
 /// Options of the exact rewrite.
 #[derive(Clone, Copy, Debug)]
 pub struct ExactConfig {
     /// Longest block, in bytecodes (0: no limit); the same as bytecode mode's so both count alike.
     pub max_path: u32,
-    /// Record the callsite of every call (the CCT then keeps callsites apart).
+    /// Keep callsites apart in the CCT. The rewrite is the same either way: every call names its callsite,
+    /// by which the callee finds its context; the merge leaves the callsite out when this is off.
     pub callsites: bool,
     /// A counter per basic block and context (`bb=on`).
     pub blocks: bool,
@@ -49,7 +52,6 @@ impl Default for ExactConfig {
 #[derive(Clone, Copy, Default)]
 struct Refs {
     state_class: u16,
-    node_class: u16,
     state: u16,
     enter: u16,
     enter_leaf: u16,
@@ -91,12 +93,12 @@ impl ExactTransform {
         }
         let full = |_| EditError::Refused(Refusal::ConstantPoolFull);
         let s = "Lkprof/runtime/ExactState;";
-        let c = "Lkprof/runtime/ExactNode;";
+        // A context is the address of its entry in native memory.
+        let c = "J";
         let bb = self.config.blocks;
         let find = if self.config.thread_fields { FIELDS_RUNTIME_CLASS } else { RUNTIME_CLASS };
         let r = Refs {
             state_class: cp.add_class(STATE_CLASS).map_err(full)?,
-            node_class: cp.add_class(NODE_CLASS).map_err(full)?,
             state: cp.add_methodref(find, "state", &format!("(){s}")).map_err(full)?,
             enter: cp
                 .add_methodref(RUNTIME_CLASS, if bb { "enterBlocks" } else { "enter" }, &format!("({s}II){c}"))
@@ -121,11 +123,11 @@ impl ExactTransform {
         Ok(r)
     }
 
-    /// A native wrapper: a node for the native method, callsite -1 for whatever the native calls back,
-    /// and no bytecodes of its own (the wrapper is kprof's code). It also makes its node the state's
-    /// native node while the native runs (and hands the outer one back when the native returns or
-    /// throws, in a catch-all handler), so that the agent can put the current node back when the native
-    /// code clears an exception a callback threw (`Exact.caught`).
+    /// A native wrapper: a context for the native method, no known callsite for whatever the native calls
+    /// back (a table of one slot), and no bytecodes of its own (the wrapper is kprof's code). It also makes
+    /// its context the state's native node while the native runs (and hands the outer one back when the
+    /// native returns or throws, in a catch-all handler), so that the agent can put the current context back
+    /// when the native code clears an exception a callback threw (`Exact.caught`).
     fn edit_wrapper(
         &mut self,
         m: &MethodInput<'_, '_>,
@@ -134,40 +136,39 @@ impl ExactTransform {
     ) -> Result<(), EditError> {
         let refs = self.refs(cp)?;
         let full = |_| EditError::Refused(Refusal::ConstantPoolFull);
-        let (st, nd) = ("Lkprof/runtime/ExactState;", "Lkprof/runtime/ExactNode;");
+        let (st, nd) = ("Lkprof/runtime/ExactState;", "J");
         let native_enter = cp.add_methodref(RUNTIME_CLASS, "nativeEnter", &format!("({st}{nd}){nd}")).map_err(full)?;
         let native_leave = cp.add_methodref(RUNTIME_CLASS, "nativeLeave", &format!("({st}{nd})V")).map_err(full)?;
         let throwable = cp.add_class("java/lang/Throwable").map_err(full)?;
         let id = self.methods.native_id(m.class_name, m.name, m.descriptor) as i32;
         let state = editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)?;
-        let node = editor.add_local(VType::Object(refs.node_class)).map_err(EditError::Refused)?;
-        // A verifier type, not a value: the outer wrapper's node may be null (none), which `aload` takes.
-        let outer = editor.add_local(VType::Object(refs.node_class)).map_err(EditError::Refused)?;
+        let node = editor.add_local(VType::Long).map_err(EditError::Refused)?;
+        let outer = editor.add_local(VType::Long).map_err(EditError::Refused)?;
         let s = &mut self.snippet;
         s.clear();
         s.invokestatic(cp, refs.state)
             .astore(state)
             .aload(state)
             .push_int(cp, id)
-            .push_int(cp, 0)
+            .push_int(cp, table_arg(0, 0))
             .invokestatic(cp, refs.enter)
-            .astore(node)
+            .lstore(node)
             .aload(state)
-            .aload(node)
+            .lload(node)
             .invokestatic(cp, native_enter)
-            .astore(outer);
+            .lstore(outer);
         editor.insert_prologue(s)?;
         for insn in Instructions::new(m.code.code) {
             let insn = insn?;
             if is_return(insn.opcode) {
                 s.clear();
-                s.aload(state).aload(outer).invokestatic(cp, native_leave);
-                s.aload(state).aload(node).invokestatic(cp, refs.exit);
+                s.aload(state).lload(outer).invokestatic(cp, native_leave);
+                s.aload(state).lload(node).invokestatic(cp, refs.exit);
                 editor.insert_before(insn.offset, s)?;
             }
         }
         s.clear();
-        s.aload(state).aload(outer).invokestatic(cp, native_leave);
+        s.aload(state).lload(outer).invokestatic(cp, native_leave);
         editor.set_catch_all(s, throwable)?;
         Ok(())
     }
@@ -245,36 +246,44 @@ impl ExactTransform {
         // not count the first block when it runs once per call (the merge adds calls times its bytecodes).
         let spans =
             self.flow.blocks.iter().map(|b| BlockSpan { start_bci: b.start, end_bci: b.end, insns: b.insns }).collect();
-        let blocks = MethodBlocks { spans, first_counted_by_calls: fold_first };
-        let id = self.methods.id_with_blocks(m.class_name, m.name, m.descriptor, blocks) as i32;
+        // Every call and `new` (a class initializer may run there) names itself to the callee by its number.
+        let sites: Vec<u32> = Instructions::new(m.code.code)
+            .flatten()
+            .filter(|insn| is_invoke(insn.opcode) || insn.opcode == NEW)
+            .map(|insn| insn.offset)
+            .collect();
+        let table = sites.len();
+        let blocks = MethodBlocks { spans, first_counted_by_calls: fold_first, sites };
+        let id = self.methods.id_with_blocks(m.class_name, m.name, m.descriptor, blocks.clone()) as i32;
         // HotSpot runs these between a call's callsite store and the callee's prologue: they read the
         // callsite like any callee (the stack shows them called from there), and give it back when they
         // return, for the callee. They need the state in a local, as methods that call do.
-        let gives_site_back = self.config.callsites && runs_while_a_call_links(m.name, m.descriptor);
+        let gives_site_back = runs_while_a_call_links(m.name, m.descriptor);
         // Calls and `new` (a class initializer may run there) need the current node set for callees.
         let leaf = !gives_site_back && !self.flow.info.iter().any(|b| b.calls || b.allocates);
         let state =
             if leaf { 0 } else { editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)? };
-        let node = editor.add_local(VType::Object(refs.node_class)).map_err(EditError::Refused)?;
+        let node = editor.add_local(VType::Long).map_err(EditError::Refused)?;
         let site = if gives_site_back { editor.add_local(VType::Integer).map_err(EditError::Refused)? } else { 0 };
         // The prologue's second argument: bb=off, the first block's bytecodes when it runs once per call (the
-        // runtime adds them only to an overflow node, whose calls come from many methods); bb=on, the number
-        // of block counters.
-        let arg = match (bb, fold_first) {
-            (true, _) => self.flow.blocks.len() as i32,
-            (false, true) => self.flow.blocks[0].insns as i32,
+        // runtime adds them only to an overflow entry, whose calls come from many methods); bb=on, the number
+        // of block counters; with the size of the method's table of children (methods that call).
+        let count = match (bb, fold_first) {
+            (true, _) => self.flow.blocks.len(),
+            (false, true) => self.flow.blocks[0].insns as usize,
             (false, false) => 0,
         };
+        let arg = if leaf { count as i32 } else { table_arg(count, table) };
         let s = &mut self.snippet;
         s.clear();
         if leaf {
-            s.push_int(cp, id).push_int(cp, arg).invokestatic(cp, refs.enter_leaf).astore(node);
+            s.push_int(cp, id).push_int(cp, arg).invokestatic(cp, refs.enter_leaf).lstore(node);
         } else {
             s.invokestatic(cp, refs.state).astore(state);
             if gives_site_back {
                 s.aload(state).getfield(cp, refs.site_field).istore(site);
             }
-            s.aload(state).push_int(cp, id).push_int(cp, arg).invokestatic(cp, refs.enter).astore(node);
+            s.aload(state).push_int(cp, id).push_int(cp, arg).invokestatic(cp, refs.enter).lstore(node);
         }
         editor.insert_prologue(s)?;
         let bytes = m.code.code;
@@ -290,9 +299,9 @@ impl ExactTransform {
         if catch_all {
             s.clear();
             if leaf {
-                s.aload(node).iload(pending).invokestatic(cp, refs.count);
+                s.lload(node).iload(pending).invokestatic(cp, refs.count);
             } else {
-                s.aload(state).aload(node).iload(pending).invokestatic(cp, refs.count_exit);
+                s.aload(state).lload(node).iload(pending).invokestatic(cp, refs.count_exit);
             }
             let throwable =
                 cp.add_class("java/lang/Throwable").map_err(|_| EditError::Refused(Refusal::ConstantPoolFull))?;
@@ -303,7 +312,7 @@ impl ExactTransform {
             let info = self.flow.info[i];
             if !leaf && handlers.contains(&b.start) {
                 s.clear();
-                s.aload(state).aload(node).invokestatic(cp, refs.handler);
+                s.aload(state).lload(node).invokestatic(cp, refs.handler);
                 editor.insert_before(info.at, s)?;
             }
             // A returning block that calls nothing restores the caller's node at its start (nothing in
@@ -319,18 +328,18 @@ impl ExactTransform {
                 }
                 if exit_at_start {
                     // Reset: the block may throw what this method catches, and B must not count twice.
-                    s.aload(state).aload(node).iload(pending).invokestatic(cp, refs.count_exit);
+                    s.aload(state).lload(node).iload(pending).invokestatic(cp, refs.count_exit);
                     s.op(ICONST_0).istore(pending);
                 } else if info.loop_header {
-                    s.aload(node).iload(pending).invokestatic(cp, refs.spill).istore(pending);
+                    s.lload(node).iload(pending).invokestatic(cp, refs.spill).istore(pending);
                 }
             } else {
                 if !counted_by_prologue && exit_at_start {
-                    s.aload(state).aload(node).push_int(cp, n).invokestatic(cp, refs.count_exit);
+                    s.aload(state).lload(node).push_int(cp, n).invokestatic(cp, refs.count_exit);
                 } else if !counted_by_prologue {
-                    s.aload(node).push_int(cp, n).invokestatic(cp, refs.count);
+                    s.lload(node).push_int(cp, n).invokestatic(cp, refs.count);
                 } else if exit_at_start {
-                    s.aload(state).aload(node).invokestatic(cp, refs.exit);
+                    s.aload(state).lload(node).invokestatic(cp, refs.exit);
                 }
             }
             if !s.is_empty() {
@@ -348,18 +357,18 @@ impl ExactTransform {
                 if local && flush {
                     // Hand B to the node. Returns of a method that calls restore the caller's node with it.
                     if is_return(insn.opcode) && !leaf {
-                        s.aload(state).aload(node).iload(pending).invokestatic(cp, refs.count_exit);
+                        s.aload(state).lload(node).iload(pending).invokestatic(cp, refs.count_exit);
                     } else {
-                        s.aload(node).iload(pending).invokestatic(cp, refs.count).op(ICONST_0).istore(pending);
+                        s.lload(node).iload(pending).invokestatic(cp, refs.count).op(ICONST_0).istore(pending);
                     }
                 } else if is_return(insn.opcode) && !leaf && !exit_at_start {
-                    s.aload(state).aload(node).invokestatic(cp, refs.exit);
+                    s.aload(state).lload(node).invokestatic(cp, refs.exit);
                 }
                 if gives_site_back && is_return(insn.opcode) {
                     s.aload(state).iload(site).putfield(cp, refs.site_field);
                 }
-                if (call || insn.opcode == NEW) && self.config.callsites {
-                    s.aload(state).push_int(cp, insn.offset as i32).putfield(cp, refs.site_field);
+                if let Ok(i) = blocks.sites.binary_search(&insn.offset) {
+                    s.aload(state).push_int(cp, i as i32 + 1).putfield(cp, refs.site_field);
                 }
                 if !s.is_empty() {
                     editor.insert_before(insn.offset, s)?;
@@ -375,6 +384,13 @@ impl ExactTransform {
 /// initiating class loader to resolve a class (its JavaCalls::call_virtual in SystemDictionary).
 fn runs_while_a_call_links(name: &[u8], descriptor: &[u8]) -> bool {
     name == b"<clinit>" || (name == b"loadClass" && descriptor == b"(Ljava/lang/String;)Ljava/lang/Class;")
+}
+
+/// The prologue's argument for a method that calls: `count` (its first block's bytecodes, or its number of
+/// blocks) in the low 16 bits, the size of its table of children (slot 0 and one per callsite, up to
+/// `TABLE_CAP`) above them.
+fn table_arg(count: usize, sites: usize) -> i32 {
+    ((count.min(0xffff)) | ((sites + 1).min(TABLE_CAP) << 16)) as i32
 }
 
 /// `B += n` for the int local `pending`.

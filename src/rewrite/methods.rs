@@ -31,11 +31,24 @@ pub struct BlockSpan {
 }
 
 /// The blocks of one method: the spans, and whether the first block is counted by the prologue (nothing
-/// jumps back to it, so it runs once per call and has no counter of its own).
+/// jumps back to it, so it runs once per call and has no counter of its own); and its callsites, the
+/// bytecode index of each call and `new` in code order (exact mode's callers name a call by its number
+/// there, 1 for the first).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MethodBlocks {
     pub spans: Vec<BlockSpan>,
     pub first_counted_by_calls: bool,
+    pub sites: Vec<u32>,
+}
+
+impl MethodBlocks {
+    /// The bci of callsite number `site` (1-based); -1 for 0 (no known callsite) and numbers out of range.
+    pub fn site_bci(&self, site: u32) -> i32 {
+        match site.checked_sub(1).and_then(|i| self.sites.get(i as usize)) {
+            Some(&bci) => bci as i32,
+            None => -1,
+        }
+    }
 }
 
 /// (class, method, descriptor, native), as in the class file.
@@ -187,6 +200,7 @@ mod tests {
         let blocks = |n: u32| MethodBlocks {
             spans: (0..n).map(|i| BlockSpan { start_bci: i, end_bci: i + 1, insns: 1 }).collect(),
             first_counted_by_calls: true,
+            sites: vec![],
         };
         let plain = t.id(b"a/B", b"f", b"()V");
         let a = t.id_with_blocks(b"a/B", b"f", b"()V", blocks(2));

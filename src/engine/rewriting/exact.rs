@@ -1,8 +1,9 @@
 //! mode=exact's runtime side: `kprof.runtime.Exact` counts every call and block in a per-thread calling
-//! context tree (Java arrays, no synchronisation on the fast path); [`merge`] adds a thread's tree to the
-//! agent's one CCT when the thread ends, and every live thread's tree before the profile is written (then
-//! only what changed since the last merge). Per-node block counts (`bb=on`) live in [`ExactStore`], keyed
-//! by CCT node, since the CCT itself keeps three counters per node.
+//! context tree (native memory the thread allocates, no synchronisation on the fast path); [`merge`] reads a
+//! thread's tree and adds it to the agent's one CCT when the thread ends or profiling stops, and every live
+//! thread's tree before a profile is written while the program runs (then only what changed since the last
+//! merge). Per-node block counts (`bb=on`) live in [`ExactStore`], keyed by CCT node, since the CCT itself
+//! keeps three counters per node.
 
 use super::{runtime_class, thread_root, RewritingEngine};
 use crate::cct::{NodeId, ROOT};
@@ -18,17 +19,14 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The method id of a thread's overflow node (`kprof.runtime.Exact.OVERFLOW_KEY`): invocations counted after the
-/// runtime's node budget was spent, filed under a `[cct_overflow]` node below the thread's root (`threads=on`) or
-/// the CCT's overflow node.
-const OVERFLOW_METHOD: u32 = u32::MAX;
-
 /// What exact mode has merged into the CCT: totals and the block counts per node.
 #[derive(Default)]
 pub struct ExactStore {
     bb: AtomicBool,
     /// Block counts per CCT node (`bb=on`), block 0 included.
     blocks: Mutex<HashMap<NodeId, Vec<u64>>>,
+    /// Per live tree merged before (by root table), each entry's counters at that merge.
+    merged: Mutex<HashMap<u64, HashMap<u64, Merged>>>,
     pub calls: AtomicU64,
     pub bytecodes: AtomicU64,
     /// Merges of a thread's tree (one per thread end, one per live thread and write).
@@ -44,6 +42,7 @@ impl ExactStore {
     pub(super) fn reset(&self, bb: bool) {
         self.bb.store(bb, Ordering::Release);
         self.blocks.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.merged.lock().unwrap_or_else(|e| e.into_inner()).clear();
         for c in [&self.calls, &self.bytecodes, &self.merges, &self.overflow_calls, &self.native_catches] {
             c.store(0, Ordering::Relaxed);
         }
@@ -77,7 +76,9 @@ impl ExactRuntime {
             jni,
             "kprof/runtime/Exact",
             &[
-                ("merge", "(I[I[J[J[I)V", merge as *mut c_void),
+                ("merge", "(JJIZ)V", merge as *mut c_void),
+                ("map", "(J)J", map as *mut c_void),
+                ("unmap", "(JJ)V", unmap as *mut c_void),
                 ("threadRoot", "(Ljava/lang/String;)I", thread_root as *mut c_void),
             ],
         )?;
@@ -92,7 +93,7 @@ impl ExactRuntime {
         };
         Ok(ExactRuntime {
             class,
-            init: method("init", "(ZZ)V")?,
+            init: method("init", "(ZZZJ)V")?,
             thread_ended: method("threadEnded", "()V")?,
             merge_all: method("mergeAll", "()V")?,
             disable: method("disable", "()V")?,
@@ -100,9 +101,22 @@ impl ExactRuntime {
         })
     }
 
-    pub(super) fn init(&self, jni: Jni, threads: bool, thread_fields: bool) -> Result<(), String> {
-        jni.call_static_void(self.class, self.init, &[jvalue { z: threads as u8 }, jvalue { z: thread_fields as u8 }])
-            .map_err(|_| "kprof.runtime.Exact.init threw".to_string())
+    /// A new session: the trees may take `budget` bytes over all threads.
+    pub(super) fn init(
+        &self,
+        jni: Jni,
+        threads: bool,
+        thread_fields: bool,
+        bb: bool,
+        budget: u64,
+    ) -> Result<(), String> {
+        let args = [
+            jvalue { z: threads as u8 },
+            jvalue { z: thread_fields as u8 },
+            jvalue { z: bb as u8 },
+            jvalue { j: budget.min(i64::MAX as u64) as i64 },
+        ];
+        jni.call_static_void(self.class, self.init, &args).map_err(|_| "kprof.runtime.Exact.init threw".to_string())
     }
 
     pub(super) fn thread_ended(&self, jni: Jni) {
@@ -116,6 +130,15 @@ impl ExactRuntime {
     pub(super) fn disable(&self, jni: Jni) {
         let _ = jni.call_static_void(self.class, self.disable, &[]);
     }
+}
+
+/// Bytes the threads' trees may take together: twice the agent's tree (`cct_mb`), which holds their merged
+/// contexts in fewer bytes each, but no more than a quarter of the machine's memory.
+pub(super) fn tree_budget(cct_mb: u32) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let memory = if pages > 0 && page > 0 { pages as u64 * page as u64 } else { u64::MAX };
+    ((cct_mb as u64) << 21).min(memory / 4)
 }
 
 /// The JNI functions as they were before kprof replaced two of them: the replacements call these.
@@ -208,8 +231,8 @@ fn restore_wrapper_node(env: *mut JNIEnv) {
 
 /// The weight (bytecodes) and the full block vector of a node from its block counters: block 0 is the
 /// call count when the prologue counts it.
-fn block_counts(blocks: &MethodBlocks, calls: u64, counters: &[i64]) -> (u64, Vec<u64>) {
-    let mut out: Vec<u64> = counters.iter().map(|&c| c.max(0) as u64).collect();
+fn block_counts(blocks: &MethodBlocks, calls: u64, counters: &[u64]) -> (u64, Vec<u64>) {
+    let mut out: Vec<u64> = counters.to_vec();
     out.resize(blocks.spans.len(), 0);
     if blocks.first_counted_by_calls && !out.is_empty() {
         out[0] = calls;
@@ -227,93 +250,297 @@ fn first_block_bytecodes(blocks: &MethodBlocks) -> u64 {
     }
 }
 
-/// `Exact.merge(int n, int[] parents, long[] keys, long[] counts, int[] cctNodes)`: see `Exact.java`.
+/// A thread's tree as `kprof.runtime.Exact` lays it out in native memory (see that class): 64-byte entries
+/// in tables of children, a table named by the address of its first entry with its number of slots in the
+/// top 16 bits (its overflow entry follows them).
+mod tree {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+    pub const ENTRY: u64 = 64;
+    pub const KEY: u64 = 0;
+    pub const CALLS: u64 = 8;
+    pub const BYTECODES: u64 = 16;
+    pub const KIDS: u64 = 24;
+    pub const NEXT: u64 = 40;
+    pub const BLOCKS: u64 = 48;
+    pub const CCT: u64 = 56;
+    pub const ADDRESS: u64 = (1 << 48) - 1;
+    /// `Exact.OVERFLOW_KEY`: a table's overflow entry.
+    pub const OVERFLOW_KEY: u64 = (1 << 63) | 0xffff_ffff;
+    /// `Exact.NEVER`: the overflow table's one slot, which holds no context.
+    pub const NEVER: u64 = u64::MAX;
+
+    /// Native memory of a thread's tree, read while the thread may run.
+    #[derive(Clone, Copy)]
+    pub struct Tree(());
+
+    impl Tree {
+        /// # Safety
+        /// The caller holds `Exact`'s lock, under which the runtime frees a tree's memory, and reads only
+        /// addresses reached from the tree's tables: the runtime writes every pointer (a table, the next
+        /// entry of a chain, block counters) as 0 or as memory of that tree, and publishes entries and
+        /// chain links with release stores after their contents.
+        pub unsafe fn new() -> Tree {
+            Tree(())
+        }
+
+        /// The 8-byte word at `address` (8-aligned, in the tree).
+        pub fn word(self, address: u64) -> u64 {
+            // SAFETY: `Tree::new`'s contract: the address is live, aligned memory of the tree. Its own
+            // thread may write it meanwhile (plain 8-byte stores, atomic on this platform), so it is read
+            // as an atomic, acquiring what a release store published.
+            unsafe { AtomicU64::from_ptr(address as *mut u64) }.load(Ordering::Acquire)
+        }
+
+        /// The CCT node the agent recorded for the entry at `entry` (0: none yet).
+        pub fn cct(self, entry: u64) -> u32 {
+            // SAFETY: as `word`; the runtime never writes this word, only the merge (under the lock) does.
+            unsafe { AtomicU32::from_ptr((entry + CCT) as *mut u32) }.load(Ordering::Relaxed)
+        }
+
+        pub fn set_cct(self, entry: u64, node: u32) {
+            // SAFETY: as `cct`.
+            unsafe { AtomicU32::from_ptr((entry + CCT) as *mut u32) }.store(node, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Chunks of this size are mapped 2 MiB-aligned and advised onto transparent huge pages.
+const HUGE_PAGE: u64 = 2 << 20;
+
+/// `Exact.map(long bytes)`: zeroed memory for a thread's tree (a chunk of its arena), 0 when there is none.
+/// Anonymous mappings are zeroed and page-aligned; chunks of a huge page or more are aligned to one and advised
+/// onto transparent huge pages (where the system's setting is `madvise`), since a call touches an entry
+/// somewhere in a tree of hundreds of megabytes, and on small pages that is a TLB miss more often than not.
 ///
 /// # Safety
-/// Called by the JVM as a registered native method, with the calling thread's JNIEnv.
+/// Called by the JVM as a registered native method.
+unsafe extern "C" fn map(_env: *mut JNIEnv, _class: jclass, bytes: jlong) -> jlong {
+    let Ok(bytes) = usize::try_from(bytes) else { return 0 };
+    if bytes == 0 {
+        return 0;
+    }
+    let huge = bytes as u64 >= HUGE_PAGE;
+    let reserve = if huge { bytes + HUGE_PAGE as usize } else { bytes };
+    // SAFETY: a new private anonymous mapping; no existing memory is touched.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            reserve,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return 0;
+    }
+    let mut start = raw as usize;
+    if huge {
+        let aligned = (start + HUGE_PAGE as usize - 1) & !(HUGE_PAGE as usize - 1);
+        let (head, tail) = (aligned - start, reserve - bytes - (aligned - start));
+        // SAFETY: both ranges lie inside the mapping just made and outside [aligned, aligned + bytes).
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + bytes) as *mut c_void, tail);
+            }
+            // Advice only: where huge pages are off or unavailable, small pages serve.
+            libc::madvise(aligned as *mut c_void, bytes, libc::MADV_HUGEPAGE);
+        }
+        start = aligned;
+    }
+    start as jlong
+}
+
+/// `Exact.unmap(long address, long bytes)`: returns a chunk [`map`] gave.
+///
+/// # Safety
+/// Called by the JVM as a registered native method, by `Exact` with a chunk of a tree it frees, which no
+/// thread uses any more.
+unsafe extern "C" fn unmap(_env: *mut JNIEnv, _class: jclass, address: jlong, bytes: jlong) {
+    if address != 0 && bytes > 0 {
+        // SAFETY: the range is a whole mapping made by `map` (its exact size), unmapped once.
+        unsafe { libc::munmap(address as *mut c_void, bytes as usize) };
+    }
+}
+
+/// What one merge of a tree takes from an entry: the counters it had at the last merge, for the difference.
+#[derive(Default)]
+pub(super) struct Merged {
+    calls: u64,
+    bytecodes: u64,
+    blocks: Vec<u64>,
+}
+
+/// What an entry counted since the tree's last merge (`merged`, taken out), given what it counts now; unless
+/// `last`, what it counts now is kept in `keep` for the next merge.
+fn difference(
+    merged: &mut HashMap<u64, Merged>,
+    keep: &mut HashMap<u64, Merged>,
+    last: bool,
+    entry: u64,
+    calls: u64,
+    bytecodes: u64,
+    blocks: Vec<u64>,
+) -> (u64, u64, Vec<u64>) {
+    let before = merged.remove(&entry).unwrap_or_default();
+    let d_blocks =
+        blocks.iter().enumerate().map(|(k, &c)| c.saturating_sub(before.blocks.get(k).copied().unwrap_or(0))).collect();
+    let d = (calls.saturating_sub(before.calls), bytecodes.saturating_sub(before.bytecodes), d_blocks);
+    if !last {
+        keep.insert(entry, Merged { calls, bytecodes, blocks });
+    }
+    d
+}
+
+/// `Exact.merge(long table, long overflow, int root, boolean last)`: adds what the thread's tree (root table
+/// `table`, overflow table `overflow`) counted since its last merge to the CCT, below `root` (the thread's
+/// root, `threads=on`) or the CCT's root. `last`: the tree is not merged again, so nothing is kept for the
+/// next difference.
+///
+/// # Safety
+/// Called by the JVM as a registered native method, with the calling thread's JNIEnv, by `Exact` under its
+/// lock, with a live tree's tables.
 unsafe extern "C" fn merge(
-    env: *mut JNIEnv,
+    _env: *mut JNIEnv,
     _class: jclass,
-    n: jint,
-    parents: jintArray,
-    keys: jlongArray,
-    counts: jlongArray,
-    cct_nodes: jintArray,
+    table: jlong,
+    overflow: jlong,
+    root: jint,
+    last: jboolean,
 ) {
     let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == Mode::Exact) else { return };
-    // SAFETY: the JVM passes the calling thread's JNIEnv.
-    let jni = unsafe { Jni::from_raw(env) };
-    let (parents, keys, counts) = (jni.int_array(parents), jni.long_array(keys), jni.long_array(counts));
-    let mut map = jni.int_array(cct_nodes);
-    let n = (n.max(0) as usize).min(parents.len()).min(keys.len()).min(map.len());
-    if n == 0 {
-        return;
-    }
+    // SAFETY: Exact calls this under its lock with the tables of a tree it has not freed.
+    let tree = unsafe { tree::Tree::new() };
+    merge_tree(engine, tree, table as u64, overflow as u64, if root > 0 { root as NodeId } else { ROOT }, last != 0);
+}
+
+fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: u64, root: NodeId, last: bool) {
+    use tree::*;
     let cct = engine.cct();
     let store = &engine.exact;
     let callsites = engine.callsites();
     let bb = store.bb.load(Ordering::Acquire);
-    let root = if map[0] > 0 { map[0] as NodeId } else { ROOT };
+    let mut merged_all = store.merged.lock().unwrap_or_else(|e| e.into_inner());
+    // The counters of the last merge, if the tree was merged before (dumps while the program runs).
+    let mut merged = merged_all.remove(&table).unwrap_or_default();
+    let mut keep: HashMap<u64, Merged> = HashMap::new();
     let mut layouts: HashMap<u32, Option<Arc<MethodBlocks>>> = HashMap::new();
     let mut new_blocks: Vec<(NodeId, Vec<u64>)> = Vec::new();
     let (mut total_calls, mut total_bytecodes, mut overflow_calls) = (0u64, 0u64, 0u64);
-    let mut at = 0usize;
-    for i in 1..n {
-        if at + 3 > counts.len() {
-            break;
-        }
-        let (calls, bytecodes, nblocks) = (counts[at].max(0) as u64, counts[at + 1].max(0) as u64, counts[at + 2]);
-        let nblocks = (nblocks.max(0) as usize).min(counts.len() - at - 3);
-        let counters = &counts[at + 3..at + 3 + nblocks];
-        at += 3 + nblocks;
-        let key = keys[i];
-        let method = key as u32;
-        let p = parents[i];
-        let parent = match p {
-            0 => root,
-            p if p > 0 && (p as usize) < i => map[p as usize] as NodeId,
-            _ => cct.overflow(),
-        };
-        if map[i] == 0 {
-            let callsite = if callsites { (key >> 32) as i32 } else { -1 };
-            let node = if method == OVERFLOW_METHOD {
-                // Below the thread's root (threads=on), else the CCT's own overflow node.
-                cct.child(root, FrameId::pseudo(Pseudo::Overflow), -1).unwrap_or(cct.overflow())
-            } else if parent == 0 || parent == cct.overflow() {
-                cct.overflow()
-            } else {
-                cct.child(parent, FrameId::method(method), callsite).unwrap_or(cct.overflow())
-            };
-            map[i] = node as i32;
-        }
-        let node = map[i] as NodeId;
-        let layout = if method != OVERFLOW_METHOD {
-            layouts.entry(method).or_insert_with(|| engine.methods.blocks(method)).clone()
-        } else {
-            None
-        };
-        let weight = match layout {
-            Some(layout) if bb => {
-                let (weight, blocks) = block_counts(&layout, calls, counters);
-                if blocks.iter().any(|&b| b > 0) {
-                    new_blocks.push((node, blocks));
-                }
-                weight
+    let mut overflow_counts = (0u64, 0u64);
+    // (table, its context's CCT node, its context's method): iterative, as recursion can be deep.
+    let mut work: Vec<(u64, NodeId, Option<u32>)> = vec![(table, root, None)];
+    let mut entries = vec![];
+    while let Some((t, parent, parent_method)) = work.pop() {
+        let base = t & ADDRESS;
+        entries.clear();
+        for slot in 0..=(t >> 48) {
+            let mut e = base + slot * ENTRY;
+            while e != 0 {
+                entries.push(e);
+                e = tree.word(e + NEXT);
             }
-            Some(layout) => bytecodes + calls * first_block_bytecodes(&layout),
-            None => bytecodes,
-        };
-        if calls == 0 && weight == 0 {
-            continue;
         }
-        cct.add_calls(node, calls, weight);
-        total_calls += calls;
-        total_bytecodes += weight;
-        if node == cct.overflow() || method == OVERFLOW_METHOD {
-            overflow_calls += calls;
+        let parent_layout =
+            parent_method.and_then(|m| layouts.entry(m).or_insert_with(|| engine.methods.blocks(m)).clone());
+        for &e in &entries {
+            let key = tree.word(e + KEY);
+            if key == 0 || key == NEVER {
+                continue;
+            }
+            let (calls, bytecodes) = (tree.word(e + CALLS), tree.word(e + BYTECODES));
+            if key == OVERFLOW_KEY {
+                // Every table has one; most never count. Their counts all go to one node, below.
+                if calls > 0 || bytecodes > 0 {
+                    let (d_calls, d_bytecodes, _) =
+                        difference(&mut merged, &mut keep, last, e, calls, bytecodes, vec![]);
+                    overflow_counts.0 += d_calls;
+                    overflow_counts.1 += d_bytecodes;
+                }
+                continue;
+            }
+            let method = key as u32;
+            let node = match tree.cct(e) {
+                0 => {
+                    let node = if parent == cct.overflow() {
+                        cct.overflow()
+                    } else {
+                        let site = ((key >> 32) & 0x7fff_ffff) as u32;
+                        let bci = match &parent_layout {
+                            Some(layout) if callsites => layout.site_bci(site),
+                            _ => -1,
+                        };
+                        cct.child(parent, FrameId::method(method), bci).unwrap_or(cct.overflow())
+                    };
+                    tree.set_cct(e, node);
+                    node
+                }
+                n => n,
+            };
+            // No table yet (size 0: the context never called), or calls counted as overflow.
+            let kids = tree.word(e + KIDS);
+            if kids >> 48 != 0 && kids != overflow {
+                work.push((kids, node, Some(method)));
+            }
+            let layout = layouts.entry(method).or_insert_with(|| engine.methods.blocks(method)).clone();
+            let blocks_at = tree.word(e + BLOCKS);
+            let counters: Vec<u64> = match &layout {
+                Some(layout) if bb && blocks_at != 0 => {
+                    (0..layout.spans.len() as u64).map(|k| tree.word(blocks_at + 8 * k)).collect()
+                }
+                _ => Vec::new(),
+            };
+            let (d_calls, d_bytecodes, d_blocks) =
+                difference(&mut merged, &mut keep, last, e, calls, bytecodes, counters);
+            let weight = match layout {
+                Some(layout) if bb => {
+                    let (weight, blocks) = block_counts(&layout, d_calls, &d_blocks);
+                    if blocks.iter().any(|&b| b > 0) {
+                        new_blocks.push((node, blocks));
+                    }
+                    weight
+                }
+                Some(layout) => d_bytecodes + d_calls * first_block_bytecodes(&layout),
+                None => d_bytecodes,
+            };
+            if d_calls == 0 && weight == 0 {
+                continue;
+            }
+            cct.add_calls(node, d_calls, weight);
+            total_calls += d_calls;
+            total_bytecodes += weight;
+            if node == cct.overflow() {
+                overflow_calls += d_calls;
+            }
         }
     }
-    jni.set_int_array(cct_nodes, &map);
+    // What ran below overflowing invocations: the overflow table's own overflow entry.
+    let e = (overflow & ADDRESS) + (overflow >> 48) * ENTRY;
+    if overflow != 0 && tree.word(e + KEY) == OVERFLOW_KEY {
+        let (calls, bytecodes) = (tree.word(e + CALLS), tree.word(e + BYTECODES));
+        if calls > 0 || bytecodes > 0 {
+            let (d_calls, d_bytecodes, _) = difference(&mut merged, &mut keep, last, e, calls, bytecodes, vec![]);
+            overflow_counts.0 += d_calls;
+            overflow_counts.1 += d_bytecodes;
+        }
+    }
+    if overflow_counts != (0, 0) {
+        // Below the thread's root (threads=on), else the CCT's own overflow node.
+        let node = cct.child(root, FrameId::pseudo(Pseudo::Overflow), -1).unwrap_or(cct.overflow());
+        cct.add_calls(node, overflow_counts.0, overflow_counts.1);
+        total_calls += overflow_counts.0;
+        total_bytecodes += overflow_counts.1;
+        overflow_calls += overflow_counts.0;
+    }
+    if !last {
+        merged_all.insert(table, keep);
+    }
+    drop(merged_all);
     if !new_blocks.is_empty() {
         let mut all = store.blocks.lock().unwrap_or_else(|e| e.into_inner());
         for (node, blocks) in new_blocks {
@@ -344,10 +571,10 @@ mod tests {
             BlockSpan { start_bci: 4, end_bci: 9, insns: 2 },
             BlockSpan { start_bci: 9, end_bci: 10, insns: 1 },
         ];
-        let folded = MethodBlocks { spans: spans.clone(), first_counted_by_calls: true };
+        let folded = MethodBlocks { spans: spans.clone(), first_counted_by_calls: true, sites: vec![] };
         // Block 0 has a counter slot that stays 0; the calls stand for it.
         assert_eq!(block_counts(&folded, 5, &[0, 7, 5]), (5 * 3 + 7 * 2 + 5, vec![5, 7, 5]));
-        let looped = MethodBlocks { spans, first_counted_by_calls: false };
+        let looped = MethodBlocks { spans, first_counted_by_calls: false, sites: vec![] };
         assert_eq!(block_counts(&looped, 5, &[9, 7, 5]), (9 * 3 + 7 * 2 + 5, vec![9, 7, 5]));
     }
 }

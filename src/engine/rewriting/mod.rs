@@ -297,7 +297,8 @@ impl RewritingEngine {
         match options.mode {
             Mode::Exact => {
                 self.exact.reset(options.bb);
-                rt.exact.init(jni, options.threads, thread_fields::added())?;
+                let budget = exact::tree_budget(options.cct_mb());
+                rt.exact.init(jni, options.threads, thread_fields::added(), options.bb, budget)?;
                 if self.wrap_natives {
                     exact::intercept_native_catches(self.jvmti)?;
                 }

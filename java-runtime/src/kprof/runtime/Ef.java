@@ -24,13 +24,13 @@ public final class Ef {
 
     /** {@link Exact#enterLeaf} (a real call, as there). */
     @DontInline
-    public static ExactNode enterLeaf(int method, int n) {
+    public static long enterLeaf(int method, int n) {
         return Exact.leaf(state(), method, n, 0);
     }
 
     /** {@link Exact#enterLeafBlocks} (a real call, as there). */
     @DontInline
-    public static ExactNode enterLeafBlocks(int method, int blocks) {
+    public static long enterLeafBlocks(int method, int blocks) {
         return Exact.leaf(state(), method, 0, blocks);
     }
 

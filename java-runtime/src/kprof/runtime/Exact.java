@@ -1,5 +1,6 @@
 package kprof.runtime;
 
+import jdk.internal.misc.Unsafe;
 import jdk.internal.vm.annotation.DontInline;
 import jdk.internal.vm.annotation.ForceInline;
 
@@ -9,95 +10,164 @@ import jdk.internal.vm.annotation.ForceInline;
  * its blocks execute ({@code bb=on}: a counter per basic block instead). A rewritten method does:
  *
  * <pre>
- *   prologue:             invokestatic Ef.state()S; astore S; aload S; ldc ID; ldc N;
- *                         invokestatic Exact.enter(SII)C; astore C
- *                         (bb=on: ... ldc BLOCKS; invokestatic Exact.enterBlocks(SII)C; astore C)
- *   each basic block:     iinc B, N                 (bb=on: aload C; ldc K; invokestatic Exact.block(CI)V, block K)
- *   loop headers:         aload C; iload B; invokestatic Exact.spill(CI)I; istore B            (bb=off)
- *   before calls, throws: aload C; iload B; invokestatic Exact.count(CI)V; iconst_0; istore B   (bb=off)
+ *   prologue:             invokestatic Ef.state()S; astore S; aload S; ldc ID; ldc NK;
+ *                         invokestatic Exact.enter(SII)J; lstore C
+ *                         (bb=on: ... ldc BK; invokestatic Exact.enterBlocks(SII)J; lstore C)
+ *   each basic block:     iinc B, N                 (bb=on: lload C; ldc K; invokestatic Exact.block(JI)V, block K)
+ *   loop headers:         lload C; iload B; invokestatic Exact.spill(JI)I; istore B            (bb=off)
+ *   before calls, throws: lload C; iload B; invokestatic Exact.count(JI)V; iconst_0; istore B   (bb=off)
  *   or, where that would take the method past the byte budget, a catch-all handler instead (appended, over
  *                         the whole original code, last in the exception table; not in constructors and
  *                         methods with monitorenter):
- *                         aload S; aload C; iload B; invokestatic Exact.countExit(SCI)V; athrow
- *   exception handlers:   aload S; aload C; invokestatic Exact.handler(SC)V       (before the block's helper)
- *   before calls, new:    aload S; ldc BCI; putfield S.site                        (callsite=on)
- *   before each return:   aload S; aload C; iload B; invokestatic Exact.countExit(SCI)V
- *                         (bb=on: aload S; aload C; invokestatic Exact.exit(SC)V)
+ *                         aload S; lload C; iload B; invokestatic Exact.countExit(SJI)V; athrow
+ *   exception handlers:   aload S; lload C; invokestatic Exact.handler(SJ)V       (before the block's helper)
+ *   before calls, new:    aload S; ldc SITE; putfield S.site
+ *   before each return:   aload S; lload C; iload B; invokestatic Exact.countExit(SJI)V
+ *                         (bb=on: aload S; lload C; invokestatic Exact.exit(SJ)V)
  *                         (a returning block without calls uses countExit/blockExit at its start instead)
- *   leaf methods:         ldc ID; ldc N; invokestatic Ef.enterLeaf(II)C; astore C; counts as above;
+ *   leaf methods:         ldc ID; ldc N; invokestatic Ef.enterLeaf(II)J; lstore C; counts as above;
  *                         at returns B goes to C (count), nothing else at returns or handlers
- *   native wrappers:      enter as above with N = 0, then aload S; aload C; invokestatic Exact.nativeEnter(SC)C;
- *                         astore O; before the return: aload S; aload O; invokestatic Exact.nativeLeave(SC)V
- *                         and exit; a catch-all handler: aload S; aload O; invokestatic Exact.nativeLeave; athrow
+ *   native wrappers:      enter as above with N = 0, then aload S; lload C; invokestatic Exact.nativeEnter(SJ)J;
+ *                         lstore O; before the return: aload S; lload O; invokestatic Exact.nativeLeave(SJ)V
+ *                         and exit; a catch-all handler: aload S; lload O; invokestatic Exact.nativeLeave; athrow
  *   intrinsic candidates: not counted; invokestatic Ef.mute()V before and Ef.unmute()V after each call
  * </pre>
  *
  * (Ef: when java.lang.Thread has kprof's fields, the agent having started with the JVM; otherwise the methods
  * of the same names here.)
  *
- * where S is the thread's {@link ExactState}, C the invocation's {@link ExactNode} and B the bytecodes counted
- * but not yet added to C, all new locals (B: a register in compiled code, where a counter in C would put a
- * store-to-load chain through memory into every loop iteration); ID the method's id, N a block's bytecode
- * count (the prologue's N: the first block's, when nothing jumps back to it, which the agent counts as calls
- * times N), BCI the call's offset in the original method. An implicit exception (a null dereference, say)
- * that leaves the method loses what B holds: a block is counted at its start, so only the blocks since the
- * last call or throw. The catch-all
- * handler, where there is one, hands B to C whatever leaves the method (the method's own handlers see B in
- * the local) and rethrows the same exception: fewer bytes, but B stays live (so spilled) across every call
- * once compiled, which costs more than the hand-over.
+ * where S is the thread's {@link ExactState}, C the address of the invocation's context (an entry, below) and B
+ * the bytecodes counted but not yet added to C, all new locals (B: a register in compiled code, where a
+ * counter in memory would put a store-to-load chain into every loop iteration); ID the method's id, SITE the
+ * call's number in the method (1, 2, ... in code order, calls and {@code new} alike), N a block's bytecode
+ * count; NK is the first block's bytecodes when nothing jumps back to it (else 0; the agent counts them as
+ * calls times their number) and, in its top 16 bits, the size of the method's own table of children (below);
+ * BK the same with the number of the method's blocks in its low bits. An implicit exception (a null
+ * dereference, say) that leaves the method loses what B holds: a block is counted at its start, so only the
+ * blocks since the last call or throw. The catch-all handler, where there is one, hands B to C whatever
+ * leaves the method (the method's own handlers see B in the local) and rethrows the same exception: fewer
+ * bytes, but B stays live (so spilled) across every call once compiled, which costs more than the hand-over.
  *
- * <p>The current node is kept without instrumenting exceptional exits, like bytecode mode's depth:
- * {@code enter} takes the node {@code cur} the caller left (held as that node's table of children) and the
- * callsite it wrote, finds or creates the child, and leaves {@code cur} = that child for callees; a normal
- * return restores {@code cur} = parent; an exception handler re-asserts {@code cur} = its own node. Leaf
- * methods (no calls, no {@code new}) never move it. A native wrapper is a node of the native method; code the native calls back runs with
- * {@code cur} = that node and callsite -1. Native code that catches what a callback threw (JNI
- * {@code ExceptionClear}, {@code ExceptionDescribe}) is no rewritten handler: the agent intercepts those
- * two JNI functions and, when the innermost Java frame is a wrapped native, calls {@link #caught}, which
- * re-asserts the wrapper's node as a handler would.
+ * <p><b>The tree.</b> Each thread counts into its own tree, in native memory it allocates itself ({@link
+ * #alloc}): no atomics or shared writes on the fast path, no object for the garbage collector to trace. A
+ * context is a 64-byte entry, one cache line:
+ * <pre>
+ *   +0  key        USED | site &lt;&lt; 32 | method id; 0 while the entry is empty
+ *   +8  calls
+ *   +16 bytecodes  (bb=off; the first block's, when it runs once per call, are calls times its size)
+ *   +24 kids       the entry's own table of children, as {@link ExactState#cur} holds it; until the context
+ *                  first calls, the entry's address + 8 with no size (below)
+ *   +32 parent     the table the entry is in (0: {@link #DUMMY}, whose invocations never move the current table)
+ *   +40 next       the next entry with the same slot (other callees of the same callsite, or other callsites
+ *                  of a large method's capped table), 0 at the end
+ *   +48 blocks     address of the entry's block counters (bb=on), else 0
+ *   +56 int        the agent's CCT node of the context (written only by the merge)
+ *   +60 int        the size of the entry's table of children, for when it is made
+ * </pre>
+ * A table of children is {@code lim} entries, one per callsite of its context's method (entry 0 for calls of
+ * no known callsite, entry i for the method's i-th call; a method with more callsites than {@link #CAP - 1}
+ * shares slots by {@code site % CAP}), followed by the table's overflow entry. So a call finds its context
+ * without hashing and with one dependent load: the entry of its callsite in the current table, whose key
+ * either is the callee (the common, monomorphic case) or starts a chain. The key holds the site, so entries
+ * that share a slot stay apart. A table is referred to by the address of its first entry with {@code lim} in
+ * the top 16 bits (below 2^48: user-space addresses). A context gets its table when it first calls: half the
+ * contexts of a recursive program never do. Until then its table is its own address + 8 with {@code lim} 0,
+ * where the lookup reads the entry's call count for a key, which matches no call, and so takes the miss
+ * path, which makes the table.
  *
- * <p>Each thread counts into its own tree ({@link ExactState}): no atomics or shared writes on the fast
- * path. The trees go into the agent's one tree ({@link #merge}) when a thread ends and when the agent
- * writes the profile (then as the difference to what was merged before).
+ * <p><b>The current context</b> is kept without instrumenting exceptional exits, like bytecode mode's depth:
+ * {@code enter} takes the table {@code cur} the caller left and the callsite it wrote, finds or creates the
+ * callee's entry there, and leaves {@code cur} = the callee's own table for its callees; a normal return
+ * restores {@code cur} = the table its entry is in; an exception handler re-asserts {@code cur} = its own
+ * entry's table. Leaf methods (no calls, no {@code new}) never move it. A native wrapper is an entry of the
+ * native method; code the native calls back runs with {@code cur} = its table and callsite 0. Native code that
+ * catches what a callback threw (JNI {@code ExceptionClear}, {@code ExceptionDescribe}) is no rewritten
+ * handler: the agent intercepts those two JNI functions and, when the innermost Java frame is a wrapped
+ * native, calls {@link #caught}, which re-asserts the wrapper's table as a handler would.
  *
- * <p>Everything here is leaf code: no allocation on the fast paths (a new node allocates its array, once
- * per context and thread), no JDK calls that could be rewritten. Fast paths are {@code @ForceInline}
- * but for the prologues ({@link #enter}, {@link #enterLeaf}: one real call per invocation, which measured
- * faster than their code inlined everywhere), slow paths {@code @DontInline}. While profiling is off,
- * every thread gets {@link #OFF}, whose node is {@link #DUMMY}.
+ * <p><b>Overflow.</b> All threads' trees together may take {@link #init}'s budget of bytes. Once a tree can
+ * get no more memory, an invocation in a context not seen before counts on the overflow entry of its
+ * caller's table (key {@link #OVERFLOW_KEY}), whose table of children is the thread's overflow table: what it
+ * calls counts on that table's own overflow entry, and its return restores its caller's table, as any
+ * return. The agent files them all under {@code [cct_overflow]}.
+ *
+ * <p>The trees go into the agent's one tree ({@link #merge}, which reads the native memory) when a thread
+ * ends and when the agent writes the profile (then as the difference to what was merged before).
+ *
+ * <p>Everything here is leaf code: no allocation on the fast paths (a new context takes arena memory, a new
+ * chunk of it a call to the agent), no JDK calls that could be rewritten. Fast paths are
+ * {@code @ForceInline} but for the prologues ({@link #enter}, {@link #enterLeaf}: one real call per
+ * invocation, which measured faster than their code inlined everywhere), slow paths {@code @DontInline}.
+ * While profiling is off, every thread gets {@link #OFF}, whose context is {@link #DUMMY}.
  */
 public final class Exact {
+    static final Unsafe U = Unsafe.getUnsafe();
+
+    /** Offsets in an entry, and its size (1 << ENTRY). */
+    static final int ENTRY = 6;
+    static final long KEY = 0, CALLS = 8, BYTECODES = 16, KIDS = 24, PARENT = 32, NEXT = 40, BLOCKS = 48, LIM = 60;
+    /** Most slots a table of children has (a power of two), besides its overflow entry. */
+    static final int CAP = 32;
+    static final long ADDRESS = (1L << 48) - 1;
+    /** Set in every key, so that an empty entry (key 0) matches none. */
+    static final long USED = 1L << 63;
+    /** Key of an overflow entry: method id -1, site 0. */
+    static final long OVERFLOW_KEY = USED | 0xffffffffL;
+    /** Key of the overflow table's slot: matches no call (sites are below 2^31), so every call there goes to
+     *  the table's overflow entry. */
+    static final long NEVER = -1L;
+    /** Arena chunks: the first of a thread, and the largest but for a table that needs more (one huge page:
+     *  the agent maps chunks of that size on huge pages where the system allows, as a deep tree spread
+     *  over small pages costs a TLB miss on most calls). */
+    private static final long MIN_CHUNK = 16 << 10;
+    private static final long MAX_CHUNK = 2 << 20;
+
     /** Set by the agent once the runtime is ready; cleared when profiling stops. */
     static volatile boolean enabled;
     static boolean threadRoots;
     /** java.lang.Thread has kprof's fields: rewritten code finds its state in {@code Thread.kprof$x}
      *  ({@link Ef}), and this class keeps that field in step with the table. */
     static boolean fields;
-    /** The node of invocations that count nothing (profiling off, or below an intrinsic candidate);
+    /** Bytes the trees may still take, over all threads: native memory, changed atomically. */
+    private static final long BUDGET = U.allocateMemory(8);
+    /** The session ({@link #init}) whose budget a state's bytes came from. */
+    private static int session;
+    /** Block counters of invocations that count nothing or on an overflow entry (bb=on): written by every
+     *  thread, never read; any block index fits. */
+    private static long garbageBlocks;
+    private static final int MAX_BLOCKS = 1 << 16;
+    /** The context of invocations that count nothing (profiling off, or below an intrinsic candidate):
      *  written by every thread, never read. */
-    static final ExactNode DUMMY = new ExactNode(0, 0, 0, 65536);
-    /** The state of threads while profiling is off. Its mute is armed on its current node for good, so the
+    static final long DUMMY = zeroed(1L << ENTRY);
+    /** The state of threads while profiling is off. Its mute is armed on its current table for good, so the
      *  prologues' mute check also tells OFF (one compare less per call); nothing moves either. */
     static final ExactState OFF = offState();
 
     private static final int BUCKETS = 1 << 12;
     /** Per-thread states, hashed by thread id, chained through {@link ExactState#next}; written under LOCK. */
     private static final ExactState[] TABLE = new ExactState[BUCKETS];
+    /** States of threads still running whose trees were merged for the last time (profiling stopped): their
+     *  frames may still count into them, so their memory is freed when their thread ends. Under LOCK. */
+    private static ExactState retired;
     private static final Object LOCK = new Object();
-    private static final int INITIAL_NODES = 1024;
-    static final long OVERFLOW_KEY = ExactState.OVERFLOW_KEY;
-    /** Heap bytes a node costs: the object (104), its slots in the node array and in its parent's tables of
-     *  children (typically up to 16 slots, with the tables it outgrew and the array's doubling; 64 at worst), and its share of the
-     *  arrays a merge builds (40). */
-    private static final long BYTES_PER_NODE = 240;
-    /** Nodes over all threads, whatever the heap: see {@link #init}. */
-    private static final long MAX_NODES = 1 << 24;
 
     private Exact() {}
 
+    /** {@code bytes} of zeroed native memory that is never freed (the shared entries). */
+    private static long zeroed(long bytes) {
+        long a = U.allocateMemory(bytes);
+        U.setMemory(a, bytes, (byte) 0);
+        return a;
+    }
+
     private static ExactState offState() {
-        ExactState s = new ExactState(null, 0, 2);
-        s.muteArm = s.cur;
+        ExactState s = new ExactState(null, 0);
+        long t = zeroed(2L << ENTRY) | (1L << 48);
+        U.putLong(t & ADDRESS, NEVER);
+        s.cur = t;
+        s.rootTable = t;
+        s.overflowTable = t;
+        s.muteArm = t;
         return s;
     }
 
@@ -107,201 +177,395 @@ public final class Exact {
         return current();
     }
 
-    /** Prologue, second: this method's node under the caller's node and callsite; counts the call. The
-     *  first block's {@code n} bytecodes (when it runs once per call) are not added to the node: the agent
-     *  knows {@code n} and adds calls times {@code n} when it merges, saving a read-modify-write per call;
-     *  but for the overflow node, whose calls come from many methods. Leaves {@code cur} = the node for
-     *  callees.
+    /** Prologue, second: this method's context under the caller's and the callsite; counts the call. The
+     *  first block's bytecodes ({@code nk}'s low 16 bits, when it runs once per call) are not added to the
+     *  entry: the agent knows them and adds calls times their number when it merges, saving a
+     *  read-modify-write per call; but for an overflow entry, whose calls come from many methods. Leaves
+     *  {@code cur} = the context's table for callees.
      *
      *  <p>A real call, deliberately: inlined into every rewritten method (and into everything the JIT
      *  inlines those into) the lookup made the compiled code larger and the JIT slower, by more than the
      *  call costs (docs/BENCHMARKS.md, 2026-11-24). */
     @DontInline
-    public static ExactNode enter(ExactState s, int method, int n) {
-        return enter(s, method, n, 0);
-    }
-
-    /** {@link #enter} with {@code bb=on}: the node has {@code blocks} block counters; bytecodes are
-     *  computed from them when the tree is written. A real call, as {@link #enter}. */
-    @DontInline
-    public static ExactNode enterBlocks(ExactState s, int method, int blocks) {
-        return enter(s, method, 0, blocks);
-    }
-
-    /** {@link #enter} and {@link #enterBlocks}. The hit path (the child in its home slot) is all that runs
-     *  on most calls, so it does no more than it must: a node found in a table is never {@link #DUMMY}
-     *  nor the overflow node (neither is ever put in one), so only the miss path asks. */
-    @ForceInline
-    private static ExactNode enter(ExactState s, int method, int n, int blocks) {
+    public static long enter(ExactState s, int method, int nk) {
         long t = s.cur;
         if (t == s.muteArm) {
             return DUMMY;
         }
-        long key = s.key(method);
-        ExactNode c = s.slots[ExactState.home(t, key)];
-        if (c != null && c.key == key) {
-            c.calls++;
-            s.cur = s.tableOf(c);
-            return c;
+        int site = s.site;
+        s.site = 0;
+        long key = key(site, method);
+        long e = slot(t, site);
+        if (U.getLong(e + KEY) == key) {
+            U.putLong(e + CALLS, U.getLong(e + CALLS) + 1);
+            s.cur = U.getLong(e + KIDS);
+            return e;
         }
-        return enterMiss(s, t, key, n, blocks);
+        return enterMiss(s, t, site, key, nk & 0xffff, nk >>> 16, 0);
     }
 
-    /** {@link #enter} when the child is not in its home slot: elsewhere in the table, new, or the overflow
-     *  node (which never becomes current, and counts the bytecodes of the first block itself). */
+    /** {@link #enter} with {@code bb=on}: {@code bk} is the method's number of blocks and, in its top 16
+     *  bits, its table's size; the entry gets a counter per block, and bytecodes are computed from them when
+     *  the tree is merged. A real call, as {@link #enter}. */
     @DontInline
-    private static ExactNode enterMiss(ExactState s, long t, long key, int n, int blocks) {
-        ExactNode c = s.find(t, key, blocks);
-        c.calls++;
-        if (c != s.overflow) {
-            s.cur = s.tableOf(c);
-        } else {
-            c.bytecodes += n;
+    public static long enterBlocks(ExactState s, int method, int bk) {
+        long t = s.cur;
+        if (t == s.muteArm) {
+            return DUMMY;
         }
+        int site = s.site;
+        s.site = 0;
+        long key = key(site, method);
+        long e = slot(t, site);
+        if (U.getLong(e + KEY) == key) {
+            U.putLong(e + CALLS, U.getLong(e + CALLS) + 1);
+            s.cur = U.getLong(e + KIDS);
+            return e;
+        }
+        return enterMiss(s, t, site, key, 0, bk >>> 16, bk & 0xffff);
+    }
+
+    /** {@link #enter} when the callee is not in its slot: further down the slot's chain, new, or an overflow
+     *  entry (which counts the bytecodes {@code n} of the first block itself); or the caller's context has
+     *  no table yet. */
+    @DontInline
+    private static long enterMiss(ExactState s, long t, int site, long key, int n, int lim, int blocks) {
+        long c = find(s, tableOf(s, t), site, key, lim, blocks);
+        U.putLong(c + CALLS, U.getLong(c + CALLS) + 1);
+        if (U.getLong(c + KEY) == OVERFLOW_KEY) {
+            U.putLong(c + BYTECODES, U.getLong(c + BYTECODES) + n);
+        }
+        s.cur = U.getLong(c + KIDS);
         return c;
     }
 
-    /** Prologue of a leaf method (no calls, no {@code new}): its node; the current node stays the caller's.
-     *  A real call, as {@link #enter}. */
+    /** Prologue of a leaf method (no calls, no {@code new}): its context; the current table stays the
+     *  caller's. A real call, as {@link #enter}. */
     @DontInline
-    public static ExactNode enterLeaf(int method, int n) {
+    public static long enterLeaf(int method, int n) {
         return leaf(current(), method, n, 0);
     }
 
     /** {@link #enterLeaf} with {@code bb=on}. */
     @DontInline
-    public static ExactNode enterLeafBlocks(int method, int blocks) {
+    public static long enterLeafBlocks(int method, int blocks) {
         return leaf(current(), method, 0, blocks);
     }
 
     /** {@link #enterLeaf} and {@link #enterLeafBlocks} for the state {@code s}: {@link #enter} without
-     *  moving the current node. */
+     *  moving the current table. */
     @ForceInline
-    static ExactNode leaf(ExactState s, int method, int n, int blocks) {
+    static long leaf(ExactState s, int method, int n, int blocks) {
         long t = s.cur;
         if (t == s.muteArm) {
             return DUMMY;
         }
-        long key = s.key(method);
-        ExactNode c = s.slots[ExactState.home(t, key)];
-        if (c != null && c.key == key) {
-            c.calls++;
-            return c;
+        int site = s.site;
+        s.site = 0;
+        long key = key(site, method);
+        long e = slot(t, site);
+        if (U.getLong(e + KEY) == key) {
+            U.putLong(e + CALLS, U.getLong(e + CALLS) + 1);
+            return e;
         }
-        return leafMiss(s, t, key, n, blocks);
+        return leafMiss(s, t, site, key, n, blocks);
     }
 
-    /** {@link #leaf} when the child is not in its home slot. */
+    /** {@link #leaf} when the callee is not in its slot, or the caller's context has no table yet. */
     @DontInline
-    private static ExactNode leafMiss(ExactState s, long t, long key, int n, int blocks) {
-        ExactNode c = s.find(t, key, blocks);
-        c.calls++;
-        if (c == s.overflow) {
-            c.bytecodes += n;
+    private static long leafMiss(ExactState s, long t, int site, long key, int n, int blocks) {
+        long c = find(s, tableOf(s, t), site, key, 1, blocks);
+        U.putLong(c + CALLS, U.getLong(c + CALLS) + 1);
+        if (U.getLong(c + KEY) == OVERFLOW_KEY) {
+            U.putLong(c + BYTECODES, U.getLong(c + BYTECODES) + n);
         }
         return c;
     }
 
-    /** A basic block of {@code n} bytecodes. */
     @ForceInline
-    public static void count(ExactNode c, int n) {
-        c.bytecodes += n;
+    private static long key(int site, int method) {
+        return USED | ((long) site << 32) | (method & 0xffffffffL);
     }
 
-    /** Bytecodes kept in a local before they go to the node. */
+    /** The entry of callsite {@code site} in table {@code t}: its own slot, or in a capped table (lim = CAP)
+     *  a shared one; a site beyond a smaller table (which no call of the table's method writes) takes
+     *  slot 0. */
+    @ForceInline
+    private static long slot(long t, int site) {
+        int lim = (int) (t >>> 48);
+        int i = site;
+        if (i >= lim || i < 0) {
+            i &= -(lim >> 5) & (CAP - 1);
+        }
+        return (t & ADDRESS) + ((long) i << ENTRY);
+    }
+
+    /** The overflow entry of table {@code t}. */
+    @ForceInline
+    private static long overflowOf(long t) {
+        return (t & ADDRESS) + ((t >>> 48) << ENTRY);
+    }
+
+    /** The current table {@code t}, made now if its context has none yet (then also the current table from
+     *  here on: a leaf callee does not move it). */
+    private static long tableOf(ExactState s, long t) {
+        if ((t >>> 48) != 0) {
+            return t;
+        }
+        long c = (t & ADDRESS) - CALLS;
+        long kids = table(s, U.getInt(c + LIM));
+        if (kids == 0) {
+            // No memory: what the context calls counts as overflow.
+            kids = s.overflowTable;
+        }
+        // The merge may read the entry while the thread runs: the table is complete before it is linked.
+        U.putLongRelease(null, c + KIDS, kids);
+        s.cur = kids;
+        return kids;
+    }
+
+    /** The entry of {@code key} for callsite {@code site} in table {@code t}, with room for {@code blocks} block
+     *  counters and, for later, a table of {@code lim} slots of its own: created when it is not there (the
+     *  table's overflow entry once the memory is spent). */
+    private static long find(ExactState s, long t, int site, long key, int lim, int blocks) {
+        long e = slot(t, site);
+        while (true) {
+            long k = U.getLong(e + KEY);
+            if (k == key) {
+                return e;
+            }
+            if (k == 0) {
+                return claim(s, t, e, key, lim, blocks) ? e : overflowOf(t);
+            }
+            long next = U.getLong(e + NEXT);
+            if (next == 0) {
+                next = t == s.overflowTable ? 0 : alloc(s, 1L << ENTRY);
+                if (next == 0 || !claim(s, t, next, key, lim, blocks)) {
+                    return overflowOf(t);
+                }
+                // The merge may walk this chain while the thread runs: the entry is complete before it is linked.
+                U.putLongRelease(null, e + NEXT, next);
+                return next;
+            }
+            e = next;
+        }
+    }
+
+    /** Makes the empty entry {@code e} of table {@code t} the context of {@code key}; false when the memory it
+     *  needs is not there. */
+    private static boolean claim(ExactState s, long t, long e, long key, int lim, int blocks) {
+        long b = 0;
+        if (blocks > 0) {
+            b = alloc(s, ((long) blocks * 8 + 63) & ~63L);
+            if (b == 0) {
+                return false;
+            }
+        }
+        U.putLong(e + BLOCKS, b);
+        U.putLong(e + PARENT, t);
+        // No JDK calls here (Math would be rewritten, and call back into this): lim is 1..CAP by the rewrite.
+        U.putInt(e + LIM, lim < 1 ? 1 : lim > CAP ? CAP : lim);
+        // No table yet (see the class comment).
+        U.putLong(e + KIDS, e + CALLS);
+        // The merge may read the entry while the thread runs: the key, last, publishes it.
+        U.putLongRelease(null, e + KEY, key);
+        return true;
+    }
+
+    /** A new table of {@code lim} slots and its overflow entry in {@code s}'s arena; 0 when the memory is spent. */
+    private static long table(ExactState s, int lim) {
+        long a = alloc(s, (long) (lim + 1) << ENTRY);
+        if (a == 0) {
+            return 0;
+        }
+        long t = a | ((long) lim << 48);
+        long o = overflowOf(t);
+        U.putLong(o + PARENT, t);
+        U.putLong(o + KIDS, s.overflowTable != 0 ? s.overflowTable : t);
+        U.putLong(o + BLOCKS, garbageBlocks);
+        U.putLongRelease(null, o + KEY, OVERFLOW_KEY);
+        return t;
+    }
+
+    /** {@code bytes} (a multiple of 64) of zeroed, 64-byte aligned memory from {@code s}'s arena; 0 when the
+     *  budget or the machine has none left. */
+    private static long alloc(ExactState s, long bytes) {
+        long a = s.top;
+        if (s.end - a < bytes) {
+            a = chunk(s, bytes);
+            if (a == 0) {
+                return 0;
+            }
+        }
+        s.top = a + bytes;
+        return a;
+    }
+
+    /** A new chunk for {@code s}'s arena, large enough for {@code bytes}: chunks double with the tree, up to
+     *  {@link #MAX_CHUNK}. Returns its first byte. */
+    @DontInline
+    private static long chunk(ExactState s, long bytes) {
+        long size = s.bytes < MIN_CHUNK ? MIN_CHUNK : s.bytes > MAX_CHUNK ? MAX_CHUNK : s.bytes;
+        if (size < bytes) {
+            size = bytes;
+        }
+        if (U.getAndAddLong(null, BUDGET, -size) < size) {
+            U.getAndAddLong(null, BUDGET, size);
+            return 0;
+        }
+        long a = map(size);
+        if (a == 0) {
+            U.getAndAddLong(null, BUDGET, size);
+            return 0;
+        }
+        if (s.chunkCount == s.chunks.length) {
+            long[] more = new long[s.chunkCount * 2];
+            for (int i = 0; i < s.chunkCount; i++) {
+                more[i] = s.chunks[i];
+            }
+            s.chunks = more;
+        }
+        s.chunks[s.chunkCount++] = a;
+        s.chunks[s.chunkCount++] = size;
+        s.bytes += size;
+        s.top = a;
+        s.end = a + size;
+        return a;
+    }
+
+    /** Frees {@code s}'s tree; its bytes go back to the budget when they came from the current session's. */
+    private static void free(ExactState s) {
+        for (int i = 0; i + 1 < s.chunkCount; i += 2) {
+            unmap(s.chunks[i], s.chunks[i + 1]);
+        }
+        s.chunkCount = 0;
+        if (s.session == session) {
+            U.getAndAddLong(null, BUDGET, s.bytes);
+        }
+        s.bytes = 0;
+        s.top = s.end = 0;
+    }
+
+    /** A new state for {@code owner}, with its root and overflow tables; {@link #OFF} when there is no
+     *  memory even for those. */
+    private static ExactState newState(Thread owner, long id) {
+        ExactState s = new ExactState(owner, id);
+        s.session = session;
+        // The overflow table first: every other table's overflow entry leads to it.
+        long ovf = table(s, 1);
+        if (ovf != 0) {
+            U.putLong((ovf & ADDRESS) + KEY, NEVER);
+            s.overflowTable = ovf;
+        }
+        long root = ovf == 0 ? 0 : table(s, 1);
+        if (root == 0) {
+            free(s);
+            return OFF;
+        }
+        s.rootTable = root;
+        s.cur = root;
+        return s;
+    }
+
+    /** A basic block of {@code n} bytecodes. */
+    @ForceInline
+    public static void count(long c, int n) {
+        U.putLong(c + BYTECODES, U.getLong(c + BYTECODES) + n);
+    }
+
+    /** Bytecodes kept in a local before they go to the entry. */
     private static final int SPILL = 1 << 16;
 
-    /** At a loop header: the local count {@code b} goes to the node once it is large, so that it cannot
+    /** At a loop header: the local count {@code b} goes to the entry once it is large, so that it cannot
      *  overflow and a profile written while a long loop runs misses little. Returns the new local count. */
     @ForceInline
-    public static int spill(ExactNode c, int b) {
+    public static int spill(long c, int b) {
         if (b < SPILL) {
             return b;
         }
-        c.bytecodes += b;
+        U.putLong(c + BYTECODES, U.getLong(c + BYTECODES) + b);
         return 0;
     }
 
     /** Basic block {@code k} ({@code bb=on}). */
     @ForceInline
-    public static void block(ExactNode c, int k) {
-        c.blocks[k]++;
+    public static void block(long c, int k) {
+        long a = U.getLong(c + BLOCKS) + ((long) k << 3);
+        U.putLong(a, U.getLong(a) + 1);
     }
 
-    /** Before a return: callees of the caller hang below the caller's node again. The callsite is reset,
+    /** Before a return: callees of the caller hang below the caller's context again. The callsite is reset,
      *  so code the JVM runs before the caller's next call (a class initializer, a native method's lookup,
      *  a callback from native code) comes from no known callsite, whatever this method called last (a
      *  method that is not rewritten leaves the callsite its caller wrote). */
     @ForceInline
-    public static void exit(ExactState s, ExactNode c) {
+    public static void exit(ExactState s, long c) {
         leave(s, c);
     }
 
-    /** A block that returns and calls nothing: counted, and the caller's node restored. */
+    /** A block that returns and calls nothing: counted, and the caller's context restored. */
     @ForceInline
-    public static void countExit(ExactState s, ExactNode c, int n) {
-        c.bytecodes += n;
+    public static void countExit(ExactState s, long c, int n) {
+        U.putLong(c + BYTECODES, U.getLong(c + BYTECODES) + n);
         leave(s, c);
     }
 
     /** {@link #countExit} with {@code bb=on}. */
     @ForceInline
-    public static void blockExit(ExactState s, ExactNode c, int k) {
-        c.blocks[k]++;
+    public static void blockExit(ExactState s, long c, int k) {
+        block(c, k);
         leave(s, c);
     }
 
-    /** The caller's node again. An invocation that never moved {@code cur} leaves it alone: one that
-     *  counted nothing ({@link #DUMMY}: below an intrinsic candidate; restoring a parent would hang the rest
-     *  of its caller's calls below the thread's root) or counted on the overflow node. Neither has a parent's
-     *  table ({@link ExactNode#parentKids} 0, which no table is), so one load and test tells both. */
+    /** The caller's table again: the one the entry is in. An invocation that counted nothing ({@link #DUMMY},
+     *  parent 0: below an intrinsic candidate, where restoring a table would hang the rest of its caller's
+     *  calls elsewhere) leaves it alone. */
     @ForceInline
-    private static void leave(ExactState s, ExactNode c) {
-        long back = c.parentKids;
+    private static void leave(ExactState s, long c) {
+        long back = U.getLong(c + PARENT);
         if (back != 0) {
             s.cur = back;
-            s.site = -1;
+            s.site = 0;
         }
     }
 
-    /** At an exception handler: callees of this invocation hang below its node again, whatever node the
+    /** At an exception handler: callees of this invocation hang below its context again, whatever table the
      *  frames the exception unwound left behind. A handler of an invocation that counts nothing (below an
      *  intrinsic candidate) changes nothing: the bracket is still open. */
     @ForceInline
-    public static void handler(ExactState s, ExactNode c) {
-        if (c != DUMMY && c != s.overflow) {
+    public static void handler(ExactState s, long c) {
+        if (c != DUMMY) {
             resume(s, c);
         }
     }
 
-    /** Callees hang below {@code n} again, from no known callsite; a mute bracket still open was opened
-     *  below {@code n} (a muted invocation moves nothing), and the exception that brought us here ended it. */
+    /** Callees hang below {@code c} again, from no known callsite; a mute bracket still open was opened
+     *  below {@code c} (a muted invocation moves nothing), and the exception that brought us here ended it. */
     @ForceInline
-    private static void resume(ExactState s, ExactNode n) {
-        s.cur = s.tableOf(n);
-        s.site = -1;
+    private static void resume(ExactState s, long c) {
+        s.cur = U.getLong(c + KIDS);
+        s.site = 0;
         s.muteNest = 0;
         s.muteArm = -1;
     }
 
-    /** Native wrapper, after its prologue and before it calls the native: the wrapper's node is the one
-     *  callbacks hang below, also after the native code clears an exception ({@link #caught}). Returns
-     *  the outer wrapper's node, for {@link #nativeLeave}. */
+    /** Native wrapper, after its prologue and before it calls the native: the wrapper's context is the one
+     *  callbacks hang below, also after the native code clears an exception ({@link #caught}). Returns the
+     *  outer wrapper's context, for {@link #nativeLeave}. */
     @ForceInline
-    public static ExactNode nativeEnter(ExactState s, ExactNode c) {
-        ExactNode outer = s.nativeNode;
+    public static long nativeEnter(ExactState s, long c) {
+        long outer = s.nativeNode;
         if (s != OFF) {
-            // The node cur is now: the wrapper's own, or its caller's when the wrapper counted on the overflow
-            // node (which never becomes current); none when the wrapper counts nothing (muted, off).
-            s.nativeNode = c != DUMMY ? s.slots[(int) (s.cur >>> 32) - 1] : null;
-            s.site = -1;
+            // None when the wrapper counts nothing (muted, off).
+            s.nativeNode = c != DUMMY ? c : 0;
+            s.site = 0;
         }
         return outer;
     }
 
-    /** Native wrapper, when the native returns or throws: the outer wrapper's node again. */
+    /** Native wrapper, when the native returns or throws: the outer wrapper's context again. */
     @ForceInline
-    public static void nativeLeave(ExactState s, ExactNode outer) {
+    public static void nativeLeave(ExactState s, long outer) {
         if (s != OFF) {
             s.nativeNode = outer;
         }
@@ -309,16 +573,16 @@ public final class Exact {
 
     /** Called by the agent (JNI, on the thread itself) after native code whose innermost Java frame is a
      *  native wrapper cleared a pending exception: whatever the callbacks' frames it unwound left in
-     *  {@code cur}, the native's code runs in the wrapper's node, as after a handler of a rewritten method.
+     *  {@code cur}, the native's code runs in the wrapper's context, as after a handler of a rewritten method.
      *  (With Thread fields the agent calls {@link Ef#caught}.) */
     static void caught() {
         caught(current());
     }
 
     static void caught(ExactState s) {
-        ExactNode n = s.nativeNode;
-        if (s != OFF && n != null) {
-            // A muted wrapper sets no node, so n was counted: as at a handler of n's invocation.
+        long n = s.nativeNode;
+        if (s != OFF && n != 0) {
+            // A muted wrapper sets no context, so n was counted: as at a handler of n's invocation.
             resume(s, n);
         }
     }
@@ -391,7 +655,10 @@ public final class Exact {
                 s = s.next;
             }
             if (s == null) {
-                s = new ExactState(Thread.currentThread(), id, INITIAL_NODES);
+                s = newState(Thread.currentThread(), id);
+                if (s == OFF) {
+                    return OFF;
+                }
                 if (threadRoots) {
                     s.root = threadRoot(Thread.currentThread().getName());
                 }
@@ -426,74 +693,14 @@ public final class Exact {
         }
     }
 
-    /**
-     * Adds what {@code s} counted since its last merge to the agent's tree. {@code last}: the state is not
-     * merged again (its thread ended, or profiling stops), so nothing is kept for a later difference.
-     * Caller holds LOCK. Reads the owner's counters without synchronisation: a merge while the thread
-     * runs takes whatever values it sees, and the next merge adds the rest.
-     */
+    /** Adds what {@code s} counted since its last merge to the agent's tree; {@code last}: the state is not
+     *  merged again (its thread ended, or profiling stops). Caller holds LOCK. */
     private static void merge(ExactState s, boolean last) {
-        ExactNode[] nodes = s.nodes;
-        int n = s.size;
-        if (n > nodes.length) {
-            n = nodes.length;
-        }
-        int total = 0;
-        for (int i = 1; i < n; i++) {
-            ExactNode c = nodes[i];
-            if (c == null) {
-                n = i;
-                break;
-            }
-            total += 3 + (c.blocks == null || c.key == OVERFLOW_KEY ? 0 : c.blocks.length);
-        }
-        if (n <= 1) {
-            return;
-        }
-        int[] parents = new int[n];
-        long[] keys = new long[n];
-        long[] counts = new long[total];
-        int[] cct = new int[n];
-        cct[0] = s.root;
-        int at = 0;
-        for (int i = 1; i < n; i++) {
-            ExactNode c = nodes[i];
-            parents[i] = c.parent;
-            keys[i] = c.key;
-            cct[i] = c.cct;
-            long calls = c.calls;
-            long bytecodes = c.bytecodes;
-            counts[at++] = calls - c.mergedCalls;
-            counts[at++] = bytecodes - c.mergedBytecodes;
-            if (!last) {
-                c.mergedCalls = calls;
-                c.mergedBytecodes = bytecodes;
-            }
-            long[] blocks = c.key == OVERFLOW_KEY ? null : c.blocks;
-            int nb = blocks == null ? 0 : blocks.length;
-            counts[at++] = nb;
-            if (nb > 0) {
-                long[] m = c.mergedBlocks;
-                if (m == null && !last) {
-                    m = new long[nb];
-                    c.mergedBlocks = m;
-                }
-                for (int k = 0; k < nb; k++) {
-                    long v = blocks[k];
-                    counts[at++] = m == null ? v : v - m[k];
-                    if (!last) {
-                        m[k] = v;
-                    }
-                }
-            }
-        }
-        merge(n, parents, keys, counts, cct);
-        for (int i = 1; i < n; i++) {
-            nodes[i].cct = cct[i];
-        }
+        merge(s.rootTable, s.overflowTable, s.root, last);
     }
 
-    /** Called by the agent when a thread ends (on that thread): merges its tree and forgets its state. */
+    /** Called by the agent when a thread ends (on that thread): merges its tree, forgets its state and frees
+     *  its memory (and that of states the thread had in earlier sessions). */
     static void threadEnded() {
         long id = Thread.currentThread().getId();
         synchronized (LOCK) {
@@ -508,7 +715,21 @@ public final class Exact {
                     }
                     unpublish(s);
                     merge(s, true);
-                    return;
+                    free(s);
+                    break;
+                }
+            }
+            ExactState prior = null;
+            for (ExactState s = retired; s != null; s = s.next) {
+                if (s.tid == id) {
+                    free(s);
+                    if (prior == null) {
+                        retired = s.next;
+                    } else {
+                        prior.next = s.next;
+                    }
+                } else {
+                    prior = s;
                 }
             }
         }
@@ -525,44 +746,62 @@ public final class Exact {
         }
     }
 
-    /** Called by the agent when everything is in place: a new session starts from empty trees. */
-    static void init(boolean perThreadRoots, boolean threadFields) {
+    /** Called by the agent when everything is in place: a new session starts from empty trees, which may
+     *  take {@code budget} bytes over all threads ({@code bb}: with block counters). */
+    static void init(boolean perThreadRoots, boolean threadFields, boolean bb, long budget) {
         synchronized (LOCK) {
             for (int b = 0; b < BUCKETS; b++) {
-                for (ExactState s = TABLE[b]; s != null; s = s.next) {
+                for (ExactState s = TABLE[b]; s != null; ) {
+                    ExactState next = s.next;
                     unpublish(s);
+                    s.next = retired;
+                    retired = s;
+                    s = next;
                 }
                 TABLE[b] = null;
             }
             threadRoots = perThreadRoots;
             fields = threadFields;
-            // A quarter of the heap the application may grow to, and no more than a thread's array of tables
-            // of children can hold (2^30 slots; a node takes at most 64, with its padding and outgrown tables).
-            ExactState.nodesLeft = (int) Math.min(MAX_NODES, Runtime.getRuntime().maxMemory() / 4 / BYTES_PER_NODE);
+            if (bb && garbageBlocks == 0) {
+                garbageBlocks = zeroed((long) MAX_BLOCKS << 3);
+                U.putLong(DUMMY + BLOCKS, garbageBlocks);
+            }
+            session++;
+            U.putLongVolatile(null, BUDGET, budget);
             enabled = true;
         }
     }
 
     /** Called by the agent when profiling stops: merges what is left; rewritten code keeps running but
-     *  counts nothing. */
+     *  counts nothing (a frame still running counts into its thread's retired tree, freed when the thread
+     *  ends). */
     static void disable() {
         enabled = false;
         synchronized (LOCK) {
             for (int b = 0; b < BUCKETS; b++) {
-                for (ExactState s = TABLE[b]; s != null; s = s.next) {
+                for (ExactState s = TABLE[b]; s != null; ) {
+                    ExactState next = s.next;
                     unpublish(s);
                     merge(s, true);
+                    s.next = retired;
+                    retired = s;
+                    s = next;
                 }
                 TABLE[b] = null;
             }
         }
     }
 
-    /** Adds nodes {@code 1..n-1} of a thread's tree to the agent's tree: node i has parent
-     *  {@code parents[i]} (0 = the thread's root, agent node {@code cctNodes[0]}) and key {@code keys[i]};
-     *  {@code counts} holds, node after node, calls, bytecodes, the number of block counters and those
-     *  counters. {@code cctNodes[i]} is the agent's node of node i (0 until the first merge finds it). */
-    private static native void merge(int n, int[] parents, long[] keys, long[] counts, int[] cctNodes);
+    /** {@code bytes} (a multiple of 64) of zeroed native memory, 64-byte aligned (2 MiB-aligned, on huge pages
+     *  where the system allows, when that large), from the agent; 0 when the system has none. */
+    private static native long map(long bytes);
+
+    /** Returns what {@link #map} gave. */
+    private static native void unmap(long address, long bytes);
+
+    /** Adds a thread's tree (root table {@code table}, overflow table {@code overflow}, CCT root {@code root})
+     *  to the agent's tree, reading the native memory: see the agent's src/engine/rewriting/exact.rs. */
+    private static native void merge(long table, long overflow, int root, boolean last);
 
     /** The CCT node of a thread's root ({@code threads=on}). */
     private static native int threadRoot(String name);
