@@ -108,7 +108,8 @@ pub struct Options {
 
 impl Options {
     /// Arena size of the calling context tree, MiB: as given, else by mode. Exact mode's trees hold every
-    /// context a program ran (millions for a compiler); untouched pages of the arena cost nothing.
+    /// context a program ran (millions for a compiler); untouched pages of the arena cost nothing. Exact
+    /// mode's per-thread trees may take twice this, together (no more than a quarter of the machine's memory).
     pub fn cct_mb(&self) -> u32 {
         match (self.cct_mb, self.mode) {
             (0, Mode::Exact) => 1024,
@@ -178,7 +179,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("metric", Metric::ACCEPTED, "samples (exact: calls)", "the counter collapsed stacks, flame graph and text show"),
     ("threads", "on | off", "off", "a root per thread"),
     ("depth", "1..8192", "2048", "deepest stack recorded; deeper stacks are cut at [truncated]"),
-    ("cct_mb", "1..65536", "256 (exact: 1024)", "calling context tree arena, MiB (pages are used lazily)"),
+    (
+        "cct_mb",
+        "1..65536",
+        "256 (exact: 1024)",
+        "calling context tree arena, MiB (pages are used lazily); exact: threads' own trees may take twice that",
+    ),
     ("duration", "duration (0 = until exit)", "0", "stop profiling after this long"),
     ("dump", "duration (0 = only at exit)", "0", "also write the profile at this interval while running"),
     ("gran", "1..1000000000", "10000", "bytecode: bytecodes between two samples of a thread"),

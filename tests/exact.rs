@@ -232,6 +232,35 @@ fn one_method_called_from_two_callsites_of_one_caller_gets_two_nodes() {
     });
 }
 
+/// A context's table has a slot per callsite of its method (up to 32): the other callees of a polymorphic
+/// callsite, and the callsites of a method with more, are found another way (the table's others). Every one
+/// must still be its own context with its own count.
+#[test]
+fn every_callee_of_a_polymorphic_callsite_and_of_a_method_with_many_callsites_is_counted_apart() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-poly-{}", jdk.label()));
+        let (_, p) = exact_counts(jdk, &dir, "c", "");
+        let cs = contexts(&p);
+        let shapes: Vec<&Context> = cs
+            .iter()
+            .filter(|c| c.path.len() == 3 && c.path[..2] == path(&["ExactCounts.main", "ExactCounts.polymorphic"]))
+            .collect();
+        assert_eq!(shapes.len(), 12, "{}: {shapes:?}", jdk.label());
+        assert!(shapes.iter().all(|c| c.callsite == shapes[0].callsite), "{}: one callsite: {shapes:?}", jdk.label());
+        for k in 0..12u64 {
+            let name = format!("ExactCounts$Shape{k}.area");
+            let c = shapes.iter().find(|c| c.path[2] == name).unwrap_or_else(|| panic!("{}: no {name}", jdk.label()));
+            assert_eq!(c.calls, ROUNDS * (k + 1), "{}: {name}", jdk.label());
+        }
+        let target = path(&["ExactCounts.main", "ExactCounts.manySites", "ExactCounts.target"]);
+        let mut sites: Vec<&Context> = cs.iter().filter(|c| c.path == target).collect();
+        sites.sort_by_key(|c| c.callsite);
+        assert_eq!(sites.len(), 40, "{}: {sites:?}", jdk.label());
+        let counts: Vec<u64> = sites.iter().map(|c| c.calls).collect();
+        assert_eq!(counts, (1..=40).map(|i| ROUNDS * i).collect::<Vec<_>>(), "{}: by callsite", jdk.label());
+    });
+}
+
 #[test]
 fn exceptions_unwinding_through_counted_frames_leave_the_context_right() {
     for_each_jdk(|jdk| {

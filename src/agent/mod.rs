@@ -781,6 +781,7 @@ impl Agent {
                     c.insert("bytecodes".into(), st.bytecodes.load(Ordering::Relaxed));
                     c.insert("tree_merges".into(), st.merges.load(Ordering::Relaxed));
                     c.insert("overflow_calls".into(), st.overflow_calls.load(Ordering::Relaxed));
+                    c.insert("tree_bytes_peak".into(), st.mapped_peak.load(Ordering::Relaxed));
                     c.insert("bb".into(), o.bb as u64);
                     c.insert("natives".into(), e.wraps_natives() as u64);
                     c.insert("natives_wrapped".into(), e.stats.natives_wrapped.load(Ordering::Relaxed));
@@ -896,7 +897,7 @@ fn print_summary(meta: &Meta, interval_ns: u64, contexts: usize, written: &[Stri
         let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
         let on_off = |k: &str| if c(k) != 0 { "on" } else { "off" };
         say(&format!(
-            "mode=exact bb={} natives={} calls={} bytecodes={} contexts={} classes_rewritten={} retransformed={} filtered={} failed={} methods_rewritten={} natives_wrapped={} left_alone={} ({}) overflow={} write_ms={} files={}",
+            "mode=exact bb={} natives={} calls={} bytecodes={} contexts={} classes_rewritten={} retransformed={} filtered={} failed={} methods_rewritten={} natives_wrapped={} left_alone={} ({}) overflow={} tree_mb={} write_ms={} files={}",
             on_off("bb"),
             on_off("natives"),
             c("calls"),
@@ -911,6 +912,7 @@ fn print_summary(meta: &Meta, interval_ns: u64, contexts: usize, written: &[Stri
             c("methods_left_alone"),
             if reasons.is_empty() { "none".to_string() } else { reasons.join(",") },
             c("overflow_calls"),
+            c("tree_bytes_peak").div_ceil(1 << 20),
             write_time.as_millis(),
             files
         ));

@@ -36,6 +36,9 @@ pub struct ExactStore {
     /// Exceptions that native code caught (JNI `ExceptionClear`, `ExceptionDescribe`) while a wrapped native
     /// was the innermost Java frame: each put the current node back to the wrapper's.
     pub native_catches: AtomicU64,
+    /// Bytes the threads' trees have mapped now, and at most during the session.
+    pub mapped: AtomicU64,
+    pub mapped_peak: AtomicU64,
 }
 
 impl ExactStore {
@@ -46,6 +49,7 @@ impl ExactStore {
         for c in [&self.calls, &self.bytecodes, &self.merges, &self.overflow_calls, &self.native_catches] {
             c.store(0, Ordering::Relaxed);
         }
+        self.mapped_peak.store(self.mapped.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// The block counts of CCT node `node` (`bb=on`), block 0 first.
@@ -132,13 +136,15 @@ impl ExactRuntime {
     }
 }
 
-/// Bytes the threads' trees may take together: twice the agent's tree (`cct_mb`), which holds their merged
-/// contexts in fewer bytes each, but no more than a quarter of the machine's memory.
+/// Bytes the threads' trees may take together: as much as the agent's tree (`cct_mb`), no more than a quarter
+/// of the machine's memory. (A context takes about three times the bytes there: a compiler's millions of
+/// contexts fill the threads' trees first, and what the agent writes stays what a profile of that size
+/// takes to write.)
 pub(super) fn tree_budget(cct_mb: u32) -> u64 {
     // SAFETY: sysconf has no preconditions.
     let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
     let memory = if pages > 0 && page > 0 { pages as u64 * page as u64 } else { u64::MAX };
-    ((cct_mb as u64) << 21).min(memory / 4)
+    ((cct_mb as u64) << 20).min(memory / 4)
 }
 
 /// The JNI functions as they were before kprof replaced two of them: the replacements call these.
@@ -252,7 +258,7 @@ fn first_block_bytecodes(blocks: &MethodBlocks) -> u64 {
 
 /// A thread's tree as `kprof.runtime.Exact` lays it out in native memory (see that class): 64-byte entries
 /// in tables of children, a table named by the address of its first entry with its number of slots in the
-/// top 16 bits (its overflow entry follows them).
+/// top 16 bits (its overflow entry follows them, and holds the hash table of the table's other entries).
 mod tree {
     use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -261,7 +267,9 @@ mod tree {
     pub const CALLS: u64 = 8;
     pub const BYTECODES: u64 = 16;
     pub const KIDS: u64 = 24;
-    pub const NEXT: u64 = 40;
+    /// In a table's overflow entry: the hash table of the table's other entries (those whose slot another
+    /// holds), its capacity in its first word, then the entries' addresses (0: free).
+    pub const OTHERS: u64 = 40;
     pub const BLOCKS: u64 = 48;
     pub const CCT: u64 = 56;
     pub const ADDRESS: u64 = (1 << 48) - 1;
@@ -277,9 +285,9 @@ mod tree {
     impl Tree {
         /// # Safety
         /// The caller holds `Exact`'s lock, under which the runtime frees a tree's memory, and reads only
-        /// addresses reached from the tree's tables: the runtime writes every pointer (a table, the next
-        /// entry of a chain, block counters) as 0 or as memory of that tree, and publishes entries and
-        /// chain links with release stores after their contents.
+        /// addresses reached from the tree's tables: the runtime writes every pointer (a table, an
+        /// others' hash table or an entry in it, block counters) as 0 or as memory of that tree, and publishes entries and the
+        /// others' hash tables and their slots with release stores after their contents.
         pub unsafe fn new() -> Tree {
             Tree(())
         }
@@ -353,6 +361,10 @@ unsafe extern "C" fn map(_env: *mut JNIEnv, _class: jclass, bytes: jlong) -> jlo
         }
         start = aligned;
     }
+    if let Some(engine) = RewritingEngine::get() {
+        let now = engine.exact.mapped.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        engine.exact.mapped_peak.fetch_max(now, Ordering::Relaxed);
+    }
     start as jlong
 }
 
@@ -365,6 +377,9 @@ unsafe extern "C" fn unmap(_env: *mut JNIEnv, _class: jclass, address: jlong, by
     if address != 0 && bytes > 0 {
         // SAFETY: the range is a whole mapping made by `map` (its exact size), unmapped once.
         unsafe { libc::munmap(address as *mut c_void, bytes as usize) };
+        if let Some(engine) = RewritingEngine::get() {
+            engine.exact.mapped.fetch_sub(bytes as u64, Ordering::Relaxed);
+        }
     }
 }
 
@@ -439,12 +454,13 @@ fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: 
     while let Some((t, parent, parent_method)) = work.pop() {
         let base = t & ADDRESS;
         entries.clear();
-        for slot in 0..=(t >> 48) {
-            let mut e = base + slot * ENTRY;
-            while e != 0 {
-                entries.push(e);
-                e = tree.word(e + NEXT);
-            }
+        // The slots, the overflow entry after them, and the others.
+        let lim = t >> 48;
+        entries.extend((0..=lim).map(|slot| base + slot * ENTRY));
+        let others = tree.word(base + lim * ENTRY + OTHERS);
+        if others != 0 {
+            let capacity = tree.word(others);
+            entries.extend((0..capacity).map(|i| tree.word(others + 8 + 8 * i)).filter(|&e| e != 0));
         }
         let parent_layout =
             parent_method.and_then(|m| layouts.entry(m).or_insert_with(|| engine.methods.blocks(m)).clone());

@@ -24,6 +24,10 @@ package kprof.harness;
  *       loads {@code Lazy} (HotSpot calls the class loader's {@code loadClass} in Java) and initializes it
  *       ({@code <clinit>}, which calls {@code table}) between the caller's callsite and the callee: one
  *       context of R×7 calls at that callsite, and {@code Lazy.<clinit>} once below the same call.
+ *   <li>{@code polymorphic}: one callsite calls {@code Shape.area} of twelve classes, {@code Shape$k}'s k + 1
+ *       times: twelve contexts at that callsite, R×(k+1) calls each.
+ *   <li>{@code manySites}: forty callsites in one method call {@code target}, the i-th of them i + 1 times:
+ *       forty contexts, R×(i+1) calls each (more callsites than a context's table has slots).
  * </ul>
  *
  * Prints {@code exactcounts: rounds=R checksum=C}.
@@ -192,6 +196,221 @@ public final class ExactCounts {
         return s;
     }
 
+    interface Shape {
+        int area(int x);
+    }
+
+    static final class Shape0 implements Shape {
+        public int area(int x) {
+            return x * 3 + 0;
+        }
+    }
+
+    static final class Shape1 implements Shape {
+        public int area(int x) {
+            return x * 4 + 1;
+        }
+    }
+
+    static final class Shape2 implements Shape {
+        public int area(int x) {
+            return x * 5 + 2;
+        }
+    }
+
+    static final class Shape3 implements Shape {
+        public int area(int x) {
+            return x * 6 + 3;
+        }
+    }
+
+    static final class Shape4 implements Shape {
+        public int area(int x) {
+            return x * 7 + 4;
+        }
+    }
+
+    static final class Shape5 implements Shape {
+        public int area(int x) {
+            return x * 8 + 5;
+        }
+    }
+
+    static final class Shape6 implements Shape {
+        public int area(int x) {
+            return x * 9 + 6;
+        }
+    }
+
+    static final class Shape7 implements Shape {
+        public int area(int x) {
+            return x * 10 + 7;
+        }
+    }
+
+    static final class Shape8 implements Shape {
+        public int area(int x) {
+            return x * 11 + 8;
+        }
+    }
+
+    static final class Shape9 implements Shape {
+        public int area(int x) {
+            return x * 12 + 9;
+        }
+    }
+
+    static final class Shape10 implements Shape {
+        public int area(int x) {
+            return x * 13 + 10;
+        }
+    }
+
+    static final class Shape11 implements Shape {
+        public int area(int x) {
+            return x * 14 + 11;
+        }
+    }
+
+    static final Shape[] SHAPES = {
+        new Shape0(), new Shape1(), new Shape2(), new Shape3(), new Shape4(), new Shape5(), new Shape6(), new Shape7(), new Shape8(), new Shape9(), new Shape10(), new Shape11()
+    };
+
+    static int polymorphic() {
+        int s = 0;
+        for (int k = 0; k < SHAPES.length; k++) {
+            for (int i = 0; i <= k; i++) {
+                s += SHAPES[k].area(i);
+            }
+        }
+        return s;
+    }
+
+    static int manySites() {
+        int s = 0;
+        for (int i = 0; i <= 0; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 1; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 2; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 3; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 4; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 5; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 6; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 7; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 8; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 9; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 10; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 11; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 12; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 13; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 14; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 15; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 16; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 17; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 18; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 19; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 20; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 21; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 22; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 23; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 24; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 25; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 26; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 27; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 28; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 29; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 30; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 31; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 32; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 33; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 34; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 35; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 36; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 37; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 38; i++) {
+            s += target(i);
+        }
+        for (int i = 0; i <= 39; i++) {
+            s += target(i);
+        }
+        return s;
+    }
+
     public static void main(String[] args) throws InterruptedException {
         int rounds = args.length > 0 ? Integer.parseInt(args[0]) : 10;
         long checksum = 0;
@@ -204,6 +423,8 @@ public final class ExactCounts {
             checksum = checksum * 31 + longLoop();
             checksum = checksum * 31 + intrinsicThenCall(r);
             checksum = checksum * 31 + linking();
+            checksum = checksum * 31 + polymorphic();
+            checksum = checksum * 31 + manySites();
         }
         sink = checksum;
         System.out.println("exactcounts: rounds=" + rounds + " checksum=" + checksum);

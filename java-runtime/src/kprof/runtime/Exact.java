@@ -58,18 +58,20 @@ import jdk.internal.vm.annotation.ForceInline;
  *   +24 kids       the entry's own table of children, as {@link ExactState#cur} holds it; until the context
  *                  first calls, the entry's address + 8 with no size (below)
  *   +32 parent     the table the entry is in (0: {@link #DUMMY}, whose invocations never move the current table)
- *   +40 next       the next entry with the same slot (other callees of the same callsite, or other callsites
- *                  of a large method's capped table), 0 at the end
+ *   +40            (a table's overflow entry: the table's others, below)
  *   +48 blocks     address of the entry's block counters (bb=on), else 0
- *   +56 int        the agent's CCT node of the context (written only by the merge)
+ *   +56 int        the agent's CCT node of the context (written only by the merge; an overflow entry: the
+ *                  number of the table's others)
  *   +60 int        the size of the entry's table of children, for when it is made
  * </pre>
  * A table of children is {@code lim} entries, one per callsite of its context's method (entry 0 for calls of
  * no known callsite, entry i for the method's i-th call; a method with more callsites than {@link #CAP - 1}
  * shares slots by {@code site % CAP}), followed by the table's overflow entry. So a call finds its context
  * without hashing and with one dependent load: the entry of its callsite in the current table, whose key
- * either is the callee (the common, monomorphic case) or starts a chain. The key holds the site, so entries
- * that share a slot stay apart. A table is referred to by the address of its first entry with {@code lim} in
+ * is the callee in the common, monomorphic case. Contexts whose slot is taken (other callees of a
+ * polymorphic callsite, other callsites of a large method) are the table's others, found through an open
+ * hash table of their addresses that hangs from the table's overflow entry; the key holds the site, so
+ * contexts that share a slot stay apart. A table is referred to by the address of its first entry with {@code lim} in
  * the top 16 bits (below 2^48: user-space addresses). A context gets its table when it first calls: half the
  * contexts of a recursive program never do. Until then its table is its own address + 8 with {@code lim} 0,
  * where the lookup reads the entry's call count for a key, which matches no call, and so takes the miss
@@ -105,7 +107,9 @@ public final class Exact {
 
     /** Offsets in an entry, and its size (1 << ENTRY). */
     static final int ENTRY = 6;
-    static final long KEY = 0, CALLS = 8, BYTECODES = 16, KIDS = 24, PARENT = 32, NEXT = 40, BLOCKS = 48, LIM = 60;
+    static final long KEY = 0, CALLS = 8, BYTECODES = 16, KIDS = 24, PARENT = 32, BLOCKS = 48, LIM = 60;
+    /** In a table's overflow entry: the table's others' hash table, and their number. */
+    static final long OTHERS = 40, OTHER_COUNT = 56;
     /** Most slots a table of children has (a power of two), besides its overflow entry. */
     static final int CAP = 32;
     static final long ADDRESS = (1L << 48) - 1;
@@ -225,7 +229,7 @@ public final class Exact {
         return enterMiss(s, t, site, key, 0, bk >>> 16, bk & 0xffff);
     }
 
-    /** {@link #enter} when the callee is not in its slot: further down the slot's chain, new, or an overflow
+    /** {@link #enter} when the callee is not in its slot: one of the table's others, new, or an overflow
      *  entry (which counts the bytecodes {@code n} of the first block itself); or the caller's context has
      *  no table yet. */
     @DontInline
@@ -326,29 +330,84 @@ public final class Exact {
 
     /** The entry of {@code key} for callsite {@code site} in table {@code t}, with room for {@code blocks} block
      *  counters and, for later, a table of {@code lim} slots of its own: created when it is not there (the
-     *  table's overflow entry once the memory is spent). */
+     *  table's overflow entry once the memory is spent). A context whose slot another one holds (another callee
+     *  of the same callsite, or another callsite of a large method) is one of the table's others, found
+     *  through a hash table of their addresses that hangs from the table's overflow entry. */
     private static long find(ExactState s, long t, int site, long key, int lim, int blocks) {
         long e = slot(t, site);
-        while (true) {
-            long k = U.getLong(e + KEY);
-            if (k == key) {
-                return e;
-            }
-            if (k == 0) {
-                return claim(s, t, e, key, lim, blocks) ? e : overflowOf(t);
-            }
-            long next = U.getLong(e + NEXT);
-            if (next == 0) {
-                next = t == s.overflowTable ? 0 : alloc(s, 1L << ENTRY);
-                if (next == 0 || !claim(s, t, next, key, lim, blocks)) {
-                    return overflowOf(t);
-                }
-                // The merge may walk this chain while the thread runs: the entry is complete before it is linked.
-                U.putLongRelease(null, e + NEXT, next);
-                return next;
-            }
-            e = next;
+        long k = U.getLong(e + KEY);
+        if (k == key) {
+            return e;
         }
+        if (k == 0) {
+            return claim(s, t, e, key, lim, blocks) ? e : overflowOf(t);
+        }
+        long o = overflowOf(t);
+        if (t == s.overflowTable) {
+            return o;
+        }
+        long h = U.getLong(o + OTHERS);
+        int hash = hash(key);
+        if (h != 0) {
+            long mask = U.getLong(h) - 1;
+            for (long i = hash & mask; ; i = (i + 1) & mask) {
+                long c = U.getLong(h + 8 + (i << 3));
+                if (c == 0) {
+                    break;
+                }
+                if (U.getLong(c + KEY) == key) {
+                    return c;
+                }
+            }
+        }
+        long c = alloc(s, 1L << ENTRY);
+        if (c == 0 || !claim(s, t, c, key, lim, blocks) || !addOther(s, o, h, c, hash)) {
+            return o;
+        }
+        return c;
+    }
+
+    @ForceInline
+    private static int hash(long key) {
+        return (int) ((key * 0x9E3779B97F4A7C15L) >>> 40);
+    }
+
+    /** Adds entry {@code c} to the others of the table whose overflow entry is {@code o} ({@code h}: their hash
+     *  table, 0 for none yet), growing the hash table at half full; false when there is no memory for that. */
+    private static boolean addOther(ExactState s, long o, long h, long c, int hash) {
+        long cap = h == 0 ? 0 : U.getLong(h);
+        int count = U.getInt(o + OTHER_COUNT);
+        if ((count + 1L) * 2 > cap) {
+            long n = cap == 0 ? 4 : cap * 2;
+            long g = alloc(s, (8 + n * 8 + 63) & ~63L);
+            if (g == 0) {
+                return false;
+            }
+            U.putLong(g, n);
+            for (long i = 0; i < cap; i++) {
+                long x = U.getLong(h + 8 + (i << 3));
+                if (x != 0) {
+                    place(g, x, hash(U.getLong(x + KEY)));
+                }
+            }
+            place(g, c, hash);
+            // The merge may read the hash table while the thread runs: complete before it is linked.
+            U.putLongRelease(null, o + OTHERS, g);
+        } else {
+            place(h, c, hash);
+        }
+        U.putInt(o + OTHER_COUNT, count + 1);
+        return true;
+    }
+
+    /** Puts entry {@code c} (complete: the store publishes it) into a free slot of the others' hash table {@code h}. */
+    private static void place(long h, long c, int hash) {
+        long mask = U.getLong(h) - 1;
+        long i = hash & mask;
+        while (U.getLong(h + 8 + (i << 3)) != 0) {
+            i = (i + 1) & mask;
+        }
+        U.putLongRelease(null, h + 8 + (i << 3), c);
     }
 
     /** Makes the empty entry {@code e} of table {@code t} the context of {@code key}; false when the memory it
@@ -408,6 +467,10 @@ public final class Exact {
         long size = s.bytes < MIN_CHUNK ? MIN_CHUNK : s.bytes > MAX_CHUNK ? MAX_CHUNK : s.bytes;
         if (size < bytes) {
             size = bytes;
+        }
+        // Once the budget is spent, every new context asks: a plain read first, no atomic.
+        if (U.getLongVolatile(null, BUDGET) < size) {
+            return 0;
         }
         if (U.getAndAddLong(null, BUDGET, -size) < size) {
             U.getAndAddLong(null, BUDGET, size);
