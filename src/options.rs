@@ -109,7 +109,8 @@ pub struct Options {
 impl Options {
     /// Arena size of the calling context tree, MiB: as given, else by mode. Exact mode's trees hold every
     /// context a program ran (millions for a compiler); untouched pages of the arena cost nothing. Exact
-    /// mode's per-thread trees may take twice this, together (no more than a quarter of the machine's memory).
+    /// mode's per-thread trees may take as much again, together (no more than a quarter of the machine's
+    /// memory).
     pub fn cct_mb(&self) -> u32 {
         match (self.cct_mb, self.mode) {
             (0, Mode::Exact) => 1024,
@@ -183,7 +184,7 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "cct_mb",
         "1..65536",
         "256 (exact: 1024)",
-        "calling context tree arena, MiB (pages are used lazily); exact: threads' own trees may take twice that",
+        "calling context tree arena, MiB (pages are used lazily); exact: threads' own trees may take as much",
     ),
     ("duration", "duration (0 = until exit)", "0", "stop profiling after this long"),
     ("dump", "duration (0 = only at exit)", "0", "also write the profile at this interval while running"),
