@@ -533,7 +533,7 @@ fn harness_programs_print_the_same_result_with_mode_exact_under_verification() {
 
 #[test]
 fn a_small_budget_spends_the_tree_memory_and_the_rest_is_counted_as_overflow() {
-    // The per-thread trees live in native memory, twice `cct_mb` over all threads: with cct_mb=1,
+    // The per-thread trees live in native memory, `cct_mb` over all threads: with cct_mb=1,
     // Deterministic's 90,000 contexts fit neither the trees nor the agent's tree. The program must run as
     // without the agent, and every call must still be counted, the ones beyond the budget under
     // [cct_overflow].
