@@ -313,23 +313,49 @@ mod tree {
     }
 }
 
-/// Chunks of this size are mapped 2 MiB-aligned and advised onto transparent huge pages.
-const HUGE_PAGE: u64 = 2 << 20;
+/// Chunks of this size are mapped 2 MiB-aligned and advised onto transparent huge pages; smaller ones (a
+/// thread's first, which most threads never outgrow) come from the allocator, so that thousands of threads
+/// do not take thousands of mappings (the kernel allows some 65,000 per process).
+const HUGE_PAGE: usize = 2 << 20;
+/// Entries are 64 bytes: a chunk starts on a cache line.
+const LINE: usize = 64;
 
 /// `Exact.map(long bytes)`: zeroed memory for a thread's tree (a chunk of its arena), 0 when there is none.
-/// Anonymous mappings are zeroed and page-aligned; chunks of a huge page or more are aligned to one and advised
-/// onto transparent huge pages (where the system's setting is `madvise`), since a call touches an entry
-/// somewhere in a tree of hundreds of megabytes, and on small pages that is a TLB miss more often than not.
+/// Chunks of a huge page or more are mapped aligned to one and advised onto transparent huge pages (where
+/// the system's setting is `madvise`), since a call touches an entry somewhere in a tree of hundreds of
+/// megabytes, and on small pages that is a TLB miss more often than not.
 ///
 /// # Safety
 /// Called by the JVM as a registered native method.
 unsafe extern "C" fn map(_env: *mut JNIEnv, _class: jclass, bytes: jlong) -> jlong {
     let Ok(bytes) = usize::try_from(bytes) else { return 0 };
-    if bytes == 0 {
-        return 0;
+    let start = if bytes == 0 {
+        0
+    } else if bytes < HUGE_PAGE {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: posix_memalign writes `p` only; LINE is a power of two and a multiple of a pointer's size.
+        if unsafe { libc::posix_memalign(&mut p, LINE, bytes) } != 0 || p.is_null() {
+            return 0;
+        }
+        // SAFETY: `p` is `bytes` bytes just allocated.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, bytes) };
+        p as usize
+    } else {
+        map_huge(bytes)
+    };
+    if start != 0 {
+        if let Some(engine) = RewritingEngine::get() {
+            let now = engine.exact.mapped.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+            engine.exact.mapped_peak.fetch_max(now, Ordering::Relaxed);
+        }
     }
-    let huge = bytes as u64 >= HUGE_PAGE;
-    let reserve = if huge { bytes + HUGE_PAGE as usize } else { bytes };
+    start as jlong
+}
+
+/// `bytes` (a huge page or more) of anonymous memory (zeroed) aligned to a huge page and advised onto them;
+/// 0 when there is none.
+fn map_huge(bytes: usize) -> usize {
+    let reserve = bytes + HUGE_PAGE;
     // SAFETY: a new private anonymous mapping; no existing memory is touched.
     let raw = unsafe {
         libc::mmap(
@@ -344,28 +370,21 @@ unsafe extern "C" fn map(_env: *mut JNIEnv, _class: jclass, bytes: jlong) -> jlo
     if raw == libc::MAP_FAILED {
         return 0;
     }
-    let mut start = raw as usize;
-    if huge {
-        let aligned = (start + HUGE_PAGE as usize - 1) & !(HUGE_PAGE as usize - 1);
-        let (head, tail) = (aligned - start, reserve - bytes - (aligned - start));
-        // SAFETY: both ranges lie inside the mapping just made and outside [aligned, aligned + bytes).
-        unsafe {
-            if head > 0 {
-                libc::munmap(raw, head);
-            }
-            if tail > 0 {
-                libc::munmap((aligned + bytes) as *mut c_void, tail);
-            }
-            // Advice only: where huge pages are off or unavailable, small pages serve.
-            libc::madvise(aligned as *mut c_void, bytes, libc::MADV_HUGEPAGE);
+    let start = raw as usize;
+    let aligned = (start + HUGE_PAGE - 1) & !(HUGE_PAGE - 1);
+    let (head, tail) = (aligned - start, reserve - bytes - (aligned - start));
+    // SAFETY: both ranges lie inside the mapping just made and outside [aligned, aligned + bytes).
+    unsafe {
+        if head > 0 {
+            libc::munmap(raw, head);
         }
-        start = aligned;
+        if tail > 0 {
+            libc::munmap((aligned + bytes) as *mut c_void, tail);
+        }
+        // Advice only: where huge pages are off or unavailable, small pages serve.
+        libc::madvise(aligned as *mut c_void, bytes, libc::MADV_HUGEPAGE);
     }
-    if let Some(engine) = RewritingEngine::get() {
-        let now = engine.exact.mapped.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
-        engine.exact.mapped_peak.fetch_max(now, Ordering::Relaxed);
-    }
-    start as jlong
+    aligned
 }
 
 /// `Exact.unmap(long address, long bytes)`: returns a chunk [`map`] gave.
@@ -374,12 +393,19 @@ unsafe extern "C" fn map(_env: *mut JNIEnv, _class: jclass, bytes: jlong) -> jlo
 /// Called by the JVM as a registered native method, by `Exact` with a chunk of a tree it frees, which no
 /// thread uses any more.
 unsafe extern "C" fn unmap(_env: *mut JNIEnv, _class: jclass, address: jlong, bytes: jlong) {
-    if address != 0 && bytes > 0 {
-        // SAFETY: the range is a whole mapping made by `map` (its exact size), unmapped once.
-        unsafe { libc::munmap(address as *mut c_void, bytes as usize) };
-        if let Some(engine) = RewritingEngine::get() {
-            engine.exact.mapped.fetch_sub(bytes as u64, Ordering::Relaxed);
-        }
+    let Ok(bytes) = usize::try_from(bytes) else { return };
+    if address == 0 || bytes == 0 {
+        return;
+    }
+    if bytes < HUGE_PAGE {
+        // SAFETY: `address` is what `map` got from posix_memalign for this size, freed once.
+        unsafe { libc::free(address as *mut c_void) };
+    } else {
+        // SAFETY: the range is a whole mapping made by `map_huge` (its exact size), unmapped once.
+        unsafe { libc::munmap(address as *mut c_void, bytes) };
+    }
+    if let Some(engine) = RewritingEngine::get() {
+        engine.exact.mapped.fetch_sub(bytes as u64, Ordering::Relaxed);
     }
 }
 

@@ -192,20 +192,7 @@ public final class Exact {
      *  call costs (docs/BENCHMARKS.md, 2026-11-24). */
     @DontInline
     public static long enter(ExactState s, int method, int nk) {
-        long t = s.cur;
-        if (t == s.muteArm) {
-            return DUMMY;
-        }
-        int site = s.site;
-        s.site = 0;
-        long key = key(site, method);
-        long e = slot(t, site);
-        if (U.getLong(e + KEY) == key) {
-            U.putLong(e + CALLS, U.getLong(e + CALLS) + 1);
-            s.cur = U.getLong(e + KIDS);
-            return e;
-        }
-        return enterMiss(s, t, site, key, nk & 0xffff, nk >>> 16, 0);
+        return enter(s, method, nk & 0xffff, nk >>> 16, 0);
     }
 
     /** {@link #enter} with {@code bb=on}: {@code bk} is the method's number of blocks and, in its top 16
@@ -213,6 +200,13 @@ public final class Exact {
      *  the tree is merged. A real call, as {@link #enter}. */
     @DontInline
     public static long enterBlocks(ExactState s, int method, int bk) {
+        return enter(s, method, 0, bk >>> 16, bk & 0xffff);
+    }
+
+    /** {@link #enter} and {@link #enterBlocks}: the hit path (the callee in its callsite's slot) is all that
+     *  runs on most calls. */
+    @ForceInline
+    private static long enter(ExactState s, int method, int n, int lim, int blocks) {
         long t = s.cur;
         if (t == s.muteArm) {
             return DUMMY;
@@ -226,7 +220,7 @@ public final class Exact {
             s.cur = U.getLong(e + KIDS);
             return e;
         }
-        return enterMiss(s, t, site, key, 0, bk >>> 16, bk & 0xffff);
+        return enterMiss(s, t, site, key, n, lim, blocks);
     }
 
     /** {@link #enter} when the callee is not in its slot: one of the table's others, new, or an overflow
