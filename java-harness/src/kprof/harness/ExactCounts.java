@@ -272,15 +272,16 @@ public final class ExactCounts {
         }
     }
 
-    static final Shape[] SHAPES = {
-        new Shape0(), new Shape1(), new Shape2(), new Shape3(), new Shape4(), new Shape5(), new Shape6(), new Shape7(), new Shape8(), new Shape9(), new Shape10(), new Shape11()
-    };
-
     static int polymorphic() {
+        // A local array, not a static field: a static initializer of the main class runs from the launcher's
+        // native code, at a thread's root.
+        Shape[] shapes = {
+            new Shape0(), new Shape1(), new Shape2(), new Shape3(), new Shape4(), new Shape5(), new Shape6(), new Shape7(), new Shape8(), new Shape9(), new Shape10(), new Shape11()
+        };
         int s = 0;
-        for (int k = 0; k < SHAPES.length; k++) {
+        for (int k = 0; k < shapes.length; k++) {
             for (int i = 0; i <= k; i++) {
-                s += SHAPES[k].area(i);
+                s += shapes[k].area(i);
             }
         }
         return s;
