@@ -331,6 +331,19 @@ impl Profile {
         totals
     }
 
+    /// [`Profile::totals`] of samples, weight and calls, in one walk of the tree.
+    pub fn all_totals(&self) -> [Vec<u64>; 3] {
+        let mut totals = [Metric::Samples, Metric::Weight, Metric::Calls]
+            .map(|m| (0..self.nodes.len() as u32).map(|i| self.value(i, m)).collect::<Vec<u64>>());
+        for i in self.post_order() {
+            for t in &mut totals {
+                let sum: u64 = self.nodes[i as usize].children.iter().map(|&c| t[c as usize]).sum();
+                t[i as usize] = t[i as usize].saturating_add(sum);
+            }
+        }
+        totals
+    }
+
     /// Node indices, children before parents (iterative: deep trees must not overflow the stack).
     pub fn post_order(&self) -> Vec<u32> {
         // The agent numbers every child after its parent: then reverse index order is one, found in a

@@ -80,6 +80,11 @@ impl Resolver {
         // Each frame id is named and interned once: an exact profile has millions of nodes and thousands
         // of frames, and cloning and hashing a name per node took seconds.
         let mut interned: HashMap<FrameId, u32> = HashMap::new();
+        // Each node's children in one allocation of the right size (a push at a time regrew most of them).
+        let mut child_counts = vec![0u32; snap.len()];
+        for n in snap.iter().skip(1) {
+            child_counts[n.parent as usize] += 1;
+        }
         for (i, n) in snap.iter().enumerate() {
             let frame = match interned.get(&n.frame) {
                 Some(&f) => f,
@@ -96,7 +101,7 @@ impl Resolver {
                 weight: n.weight,
                 calls: n.calls,
                 blocks: Vec::new(),
-                children: Vec::new(),
+                children: Vec::with_capacity(child_counts[i] as usize),
             });
             if i > 0 {
                 profile.nodes[n.parent as usize].children.push(i as u32);

@@ -126,7 +126,7 @@ pub fn write_to(profile: &Profile, out: &mut dyn Write) -> std::io::Result<()> {
         duration_ns: meta.duration_ns,
         counters: meta.counters.clone(),
     };
-    let [samples, weight, calls] = [Metric::Samples, Metric::Weight, Metric::Calls].map(|m| profile.totals(m));
+    let [samples, weight, calls] = profile.all_totals();
     write!(out, "{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\n\"meta\":")?;
     write(out, &meta_json)?;
     out.write_all(b",\n\"totals\":")?;
@@ -145,56 +145,163 @@ pub fn write_to(profile: &Profile, out: &mut dyn Write) -> std::io::Result<()> {
     }
     out.write_all(b"],\n\"nodes\":[")?;
     let parents = profile.parents();
-    let mut line = Vec::with_capacity(512);
-    let mut num = itoa::Buffer::new();
-    for (i, n) in profile.nodes.iter().enumerate() {
-        line.clear();
-        line.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
-        let parent = if i == 0 { -1 } else { parents[i] as i64 };
-        line.extend_from_slice(b"{\"id\":");
-        line.extend_from_slice(num.format(i).as_bytes());
-        line.extend_from_slice(b",\"parent\":");
-        line.extend_from_slice(num.format(parent).as_bytes());
-        line.extend_from_slice(b",\"frame\":");
-        line.extend_from_slice(num.format(n.frame).as_bytes());
-        line.extend_from_slice(b",\"callsite\":");
-        line.extend_from_slice(num.format(n.callsite).as_bytes());
-        let counters: [(&[u8], u64); 6] = [
-            (b",\"samples\":", n.samples),
-            (b",\"weight\":", n.weight),
-            (b",\"calls\":", n.calls),
-            (b",\"total_samples\":", samples[i]),
-            (b",\"total_weight\":", weight[i]),
-            (b",\"total_calls\":", calls[i]),
-        ];
-        for (key, value) in counters {
-            line.extend_from_slice(key);
-            line.extend_from_slice(num.format(value).as_bytes());
-        }
-        if !n.blocks.is_empty() {
-            line.extend_from_slice(b",\"blocks\":[");
-            for (k, b) in n.blocks.iter().enumerate() {
-                line.extend_from_slice(if k == 0 { b"{\"start_bci\":" } else { b",{\"start_bci\":" });
-                line.extend_from_slice(num.format(b.start_bci).as_bytes());
-                line.extend_from_slice(b",\"end_bci\":");
-                line.extend_from_slice(num.format(b.end_bci).as_bytes());
-                line.extend_from_slice(b",\"count\":");
-                line.extend_from_slice(num.format(b.count).as_bytes());
-                line.push(b'}');
-            }
-            line.push(b']');
-        }
-        line.extend_from_slice(b",\"children\":[");
-        for (k, &c) in n.children.iter().enumerate() {
-            if k > 0 {
-                line.push(b',');
-            }
-            line.extend_from_slice(num.format(c).as_bytes());
-        }
-        line.extend_from_slice(b"]}");
-        out.write_all(&line)?;
-    }
+    let text = NodeText { profile, parents: &parents, samples: &samples, weight: &weight, calls: &calls };
+    write_nodes(&text, out)?;
     out.write_all(b"]}\n")
+}
+
+/// Nodes one worker formats at a time: text of a few MB, written in node order.
+const CHUNK_NODES: usize = 1 << 14;
+/// Profiles with fewer nodes are formatted on the calling thread alone.
+const PARALLEL_NODES: usize = 1 << 16;
+/// Most threads that format nodes, the calling thread included.
+const MAX_FORMATTERS: usize = 4;
+
+/// What one node's line is made of: the profile, each node's parent and its inclusive totals.
+struct NodeText<'a> {
+    profile: &'a Profile,
+    parents: &'a [u32],
+    samples: &'a [u64],
+    weight: &'a [u64],
+    calls: &'a [u64],
+}
+
+impl NodeText<'_> {
+    fn chunks(&self) -> usize {
+        self.profile.nodes.len().div_ceil(CHUNK_NODES)
+    }
+
+    /// Appends the lines of the nodes of chunk `chunk` to `line`.
+    fn format_chunk(&self, chunk: usize, line: &mut Vec<u8>) {
+        let nodes = &self.profile.nodes;
+        let first = chunk * CHUNK_NODES;
+        let mut num = itoa::Buffer::new();
+        let last = nodes.len().min(first + CHUNK_NODES);
+        for (i, n) in nodes.iter().enumerate().take(last).skip(first) {
+            line.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
+            let parent = if i == 0 { -1 } else { self.parents[i] as i64 };
+            line.extend_from_slice(b"{\"id\":");
+            line.extend_from_slice(num.format(i).as_bytes());
+            line.extend_from_slice(b",\"parent\":");
+            line.extend_from_slice(num.format(parent).as_bytes());
+            line.extend_from_slice(b",\"frame\":");
+            line.extend_from_slice(num.format(n.frame).as_bytes());
+            line.extend_from_slice(b",\"callsite\":");
+            line.extend_from_slice(num.format(n.callsite).as_bytes());
+            let counters: [(&[u8], u64); 6] = [
+                (b",\"samples\":", n.samples),
+                (b",\"weight\":", n.weight),
+                (b",\"calls\":", n.calls),
+                (b",\"total_samples\":", self.samples[i]),
+                (b",\"total_weight\":", self.weight[i]),
+                (b",\"total_calls\":", self.calls[i]),
+            ];
+            for (key, value) in counters {
+                line.extend_from_slice(key);
+                line.extend_from_slice(num.format(value).as_bytes());
+            }
+            if !n.blocks.is_empty() {
+                line.extend_from_slice(b",\"blocks\":[");
+                for (k, b) in n.blocks.iter().enumerate() {
+                    line.extend_from_slice(if k == 0 { b"{\"start_bci\":" } else { b",{\"start_bci\":" });
+                    line.extend_from_slice(num.format(b.start_bci).as_bytes());
+                    line.extend_from_slice(b",\"end_bci\":");
+                    line.extend_from_slice(num.format(b.end_bci).as_bytes());
+                    line.extend_from_slice(b",\"count\":");
+                    line.extend_from_slice(num.format(b.count).as_bytes());
+                    line.push(b'}');
+                }
+                line.push(b']');
+            }
+            line.extend_from_slice(b",\"children\":[");
+            for (k, &c) in n.children.iter().enumerate() {
+                if k > 0 {
+                    line.push(b',');
+                }
+                line.extend_from_slice(num.format(c).as_bytes());
+            }
+            line.extend_from_slice(b"]}");
+        }
+    }
+}
+
+/// Writes every node's line, in node order. A large tree is formatted by several threads, chunk `c` by
+/// formatter `c % n` (the calling thread is formatter 0 and writes everything): an exact profile of
+/// millions of contexts is written when the JVM exits, which waits for it, while the application's own
+/// threads have stopped and the cores are free. Each helper reuses the buffers the writer hands back, so
+/// the text is never held whole and fresh memory is touched only for the first few chunks.
+fn write_nodes(text: &NodeText<'_>, out: &mut dyn Write) -> std::io::Result<()> {
+    let formatters = if text.profile.nodes.len() < PARALLEL_NODES {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_FORMATTERS)
+    };
+    write_nodes_with(text, out, formatters)
+}
+
+/// [`write_nodes`] with `formatters` threads (the calling one included).
+fn write_nodes_with(text: &NodeText<'_>, out: &mut dyn Write, formatters: usize) -> std::io::Result<()> {
+    let chunks = text.chunks();
+    let formatters = formatters.min(chunks);
+    let mut own = Vec::with_capacity(CHUNK_NODES * 192);
+    if formatters <= 1 {
+        for c in 0..chunks {
+            own.clear();
+            text.format_chunk(c, &mut own);
+            out.write_all(&own)?;
+        }
+        return Ok(());
+    }
+    std::thread::scope(|scope| {
+        // Helper h formats chunks h, h + n, ...; it sends each chunk's text on `texts` and takes the next
+        // buffer from `spares` (two in flight per helper).
+        let mut helpers = Vec::with_capacity(formatters - 1);
+        for h in 1..formatters {
+            let (text_tx, texts) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
+            let (spare_tx, spares) = std::sync::mpsc::channel::<Vec<u8>>();
+            let spawned = std::thread::Builder::new().name("kprof-json".into()).spawn_scoped(scope, move || {
+                let mut buf = Vec::with_capacity(CHUNK_NODES * 192);
+                for c in (h..chunks).step_by(formatters) {
+                    buf.clear();
+                    text.format_chunk(c, &mut buf);
+                    // The writer stopped (a write failed): nothing more to do.
+                    if text_tx.send(buf).is_err() {
+                        return;
+                    }
+                    buf = spares.try_recv().unwrap_or_default();
+                }
+            });
+            if spawned.is_err() {
+                break;
+            }
+            helpers.push((texts, spare_tx));
+        }
+        if helpers.len() + 1 < formatters {
+            // No thread for every formatter: the helpers started stop at their first send (the receivers
+            // go with `helpers`), and this thread formats everything.
+            drop(helpers);
+            for c in 0..chunks {
+                own.clear();
+                text.format_chunk(c, &mut own);
+                out.write_all(&own)?;
+            }
+            return Ok(());
+        }
+        for c in 0..chunks {
+            let h = c % formatters;
+            if h == 0 {
+                own.clear();
+                text.format_chunk(c, &mut own);
+                out.write_all(&own)?;
+            } else {
+                let (texts, spare_tx) = &helpers[h - 1];
+                let buf = texts.recv().map_err(|_| std::io::Error::other("a JSON formatter thread failed"))?;
+                out.write_all(&buf)?;
+                let _ = spare_tx.send(buf);
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Writes `value` as JSON.
@@ -437,5 +544,64 @@ mod tests {
         let text = String::from_utf8(render(&p)).unwrap();
         let back = parse(&text).unwrap();
         assert_eq!(back, p);
+    }
+
+    #[test]
+    fn a_large_tree_formatted_by_several_threads_is_the_same_text() {
+        let mut p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() });
+        let frames: Vec<u32> = (0..50).map(|i| p.intern(Frame::java("a.M", &format!("m{i}"), "()V"))).collect();
+        // 3 chunks and a bit of a fourth; parents spread over the whole tree.
+        let count = 3 * CHUNK_NODES + 123;
+        let mut x = 12345u64;
+        for i in 1..count as u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let parent = ((x >> 33) % i) as u32;
+            let n = p.add_child(parent, frames[(x >> 20) as usize % frames.len()], (i % 7) as i32);
+            p.nodes[n as usize].calls = i;
+            p.nodes[n as usize].weight = i * 3;
+        }
+        let [samples, weight, calls] = p.all_totals();
+        assert_eq!(calls[0], (1..count as u64).sum::<u64>());
+        let parents = p.parents();
+        let text = NodeText { profile: &p, parents: &parents, samples: &samples, weight: &weight, calls: &calls };
+        let mut one = Vec::new();
+        write_nodes_with(&text, &mut one, 1).unwrap();
+        for formatters in [2, 3, 4, 8] {
+            let mut many = Vec::new();
+            write_nodes_with(&text, &mut many, formatters).unwrap();
+            assert!(one == many, "{formatters} formatters wrote other text");
+        }
+        assert_eq!(one.iter().filter(|&&b| b == b'\n').count(), count);
+        // The whole document, with the parallel path the writer takes on its own, reads back the same.
+        let back = parse(std::str::from_utf8(&render(&p)).unwrap()).unwrap();
+        assert_eq!(back.nodes.len(), count);
+        assert!(back.nodes.iter().zip(&p.nodes).all(|(a, b)| a.calls == b.calls && a.children == b.children));
+    }
+
+    #[test]
+    fn a_failed_write_stops_the_formatters() {
+        struct Full(usize);
+        impl Write for Full {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if self.0 < buf.len() {
+                    return Err(std::io::Error::other("disk full"));
+                }
+                self.0 -= buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() });
+        let f = p.intern(Frame::java("a.M", "m", "()V"));
+        for i in 1..(6 * CHUNK_NODES) as u32 {
+            p.add_child(i - 1, f, 1);
+        }
+        let [samples, weight, calls] = p.all_totals();
+        let parents = p.parents();
+        let text = NodeText { profile: &p, parents: &parents, samples: &samples, weight: &weight, calls: &calls };
+        let err = write_nodes_with(&text, &mut Full(3 << 20), 3).unwrap_err();
+        assert_eq!(err.to_string(), "disk full");
     }
 }

@@ -2,7 +2,8 @@
 //! [`Profile`] and know nothing of engines.
 //!
 //! Every file is written atomically: a temporary file in the same directory, created exclusively with
-//! owner-only permissions and without following symlinks, then renamed over the target.
+//! owner-only permissions and without following symlinks, then renamed over the target. Files are not
+//! synced to disk before the rename (see [`write_atomic_with`]).
 
 pub mod collapsed;
 pub mod compare;
@@ -183,7 +184,9 @@ pub fn write_atomic_with(
     let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut file);
     let result = fill(&mut buffered).and_then(|_| buffered.flush());
     drop(buffered);
-    let result = result.and_then(|_| file.sync_data());
+    // No fsync: the rename is what makes the write atomic for every reader, and the kernel writes the
+    // pages back on its own. Waiting for the disk at a JVM's exit, which waits for this, took 0.4 s for
+    // an exact profile of 275 MB (1.5 s for 1 GB); durability across a power cut is not worth that.
     drop(file);
     if let Err(e) = result.and_then(|_| fs::rename(&tmp, path)) {
         let _ = fs::remove_file(&tmp);

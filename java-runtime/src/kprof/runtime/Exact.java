@@ -143,8 +143,12 @@ public final class Exact {
     /** The context of invocations that count nothing (profiling off, or below an intrinsic candidate):
      *  written by every thread, never read. */
     static final long DUMMY = zeroed(1L << ENTRY);
-    /** The state of threads while profiling is off. Its mute is armed on its current table for good, so the
-     *  prologues' mute check also tells OFF (one compare less per call); nothing moves either. */
+    /** The current table of muted code ({@link #mute}): {@link #CAP} slots whose key matches no call, so
+     *  the prologues' hit path needs no mute check of its own; their miss paths see this table and count
+     *  nothing. */
+    static final long MUTED = mutedTable();
+    /** The state of threads while profiling is off: muted for good (its current table is {@link #MUTED}),
+     *  so its invocations count nothing and move nothing. */
     static final ExactState OFF = offState();
 
     private static final int BUCKETS = 1 << 12;
@@ -164,14 +168,20 @@ public final class Exact {
         return a;
     }
 
+    private static long mutedTable() {
+        long a = zeroed((CAP + 1L) << ENTRY);
+        for (int i = 0; i < CAP; i++) {
+            U.putLong(a + ((long) i << ENTRY) + KEY, NEVER);
+        }
+        return a | ((long) CAP << 48);
+    }
+
     private static ExactState offState() {
         ExactState s = new ExactState(null, 0);
-        long t = zeroed(2L << ENTRY) | (1L << 48);
-        U.putLong(t & ADDRESS, NEVER);
-        s.cur = t;
-        s.rootTable = t;
-        s.overflowTable = t;
-        s.muteArm = t;
+        s.cur = MUTED;
+        s.mutedCur = MUTED;
+        s.rootTable = MUTED;
+        s.overflowTable = MUTED;
         return s;
     }
 
@@ -208,9 +218,6 @@ public final class Exact {
     @ForceInline
     private static long enter(ExactState s, int method, int n, int lim, int blocks) {
         long t = s.cur;
-        if (t == s.muteArm) {
-            return DUMMY;
-        }
         int site = s.site;
         s.site = 0;
         long key = key(site, method);
@@ -225,9 +232,12 @@ public final class Exact {
 
     /** {@link #enter} when the callee is not in its slot: one of the table's others, new, or an overflow
      *  entry (which counts the bytecodes {@code n} of the first block itself); or the caller's context has
-     *  no table yet. */
+     *  no table yet; or the call is muted ({@link #MUTED}, whose slots match no call). */
     @DontInline
     private static long enterMiss(ExactState s, long t, int site, long key, int n, int lim, int blocks) {
+        if (t == MUTED) {
+            return DUMMY;
+        }
         long c = find(s, tableOf(s, t), site, key, lim, blocks);
         U.putLong(c + CALLS, U.getLong(c + CALLS) + 1);
         if (U.getLong(c + KEY) == OVERFLOW_KEY) {
@@ -255,9 +265,6 @@ public final class Exact {
     @ForceInline
     static long leaf(ExactState s, int method, int n, int blocks) {
         long t = s.cur;
-        if (t == s.muteArm) {
-            return DUMMY;
-        }
         int site = s.site;
         s.site = 0;
         long key = key(site, method);
@@ -269,9 +276,13 @@ public final class Exact {
         return leafMiss(s, t, site, key, n, blocks);
     }
 
-    /** {@link #leaf} when the callee is not in its slot, or the caller's context has no table yet. */
+    /** {@link #leaf} when the callee is not in its slot, or the caller's context has no table yet, or the
+     *  call is muted. */
     @DontInline
     private static long leafMiss(ExactState s, long t, int site, long key, int n, int blocks) {
+        if (t == MUTED) {
+            return DUMMY;
+        }
         long c = find(s, tableOf(s, t), site, key, 1, blocks);
         U.putLong(c + CALLS, U.getLong(c + CALLS) + 1);
         if (U.getLong(c + KEY) == OVERFLOW_KEY) {
@@ -603,7 +614,6 @@ public final class Exact {
         s.cur = U.getLong(c + KIDS);
         s.site = 0;
         s.muteNest = 0;
-        s.muteArm = -1;
     }
 
     /** Native wrapper, after its prologue and before it calls the native: the wrapper's context is the one
@@ -654,8 +664,9 @@ public final class Exact {
     @ForceInline
     static void mute(ExactState s) {
         if (s.muteNest++ == 0) {
-            s.muteArm = s.cur;
+            s.mutedCur = s.cur;
             s.mutedSite = s.site;
+            s.cur = MUTED;
         }
     }
 
@@ -667,9 +678,10 @@ public final class Exact {
 
     @ForceInline
     static void unmute(ExactState s) {
-        // OFF's mute stays armed (its mute above rewrites the same value: harmless).
+        // OFF stays muted (its mute above rewrites the same values: harmless).
         if (s != OFF && s.muteNest > 0 && --s.muteNest == 0) {
-            s.muteArm = -1;
+            // Muted invocations moved nothing: the table of the code around the bracket.
+            s.cur = s.mutedCur;
             // What the muted calls wrote (their callees counted nothing, so consumed nothing) is no call of
             // the code around the bracket: a caller that is not rewritten would hand it to its next callee.
             s.site = s.mutedSite;

@@ -20,9 +20,9 @@ public final class ExactState {
     /** The callsite of the call being made: its number in the caller (1, 2, ... in code order), written by
      *  the caller, read and reset by the callee; 0: unknown (a call from native code or the JVM). */
     public int site;
-    /** Invocations entering while {@link #cur} is this table count nothing (calls made by an intrinsic
-     *  candidate); -1: none. {@link Exact#OFF}'s is always its {@link #cur}. */
-    long muteArm = -1;
+    /** {@link #cur} when the outermost {@link Exact#mute} bracket opened (calls made by an intrinsic candidate
+     *  count nothing: {@link #cur} is {@link Exact#MUTED} while they run), restored when it closes. */
+    long mutedCur;
     /** Nesting of {@link Exact#mute} brackets. */
     int muteNest;
     /** {@link #site} when the outermost mute bracket opened, restored when it closes. */
