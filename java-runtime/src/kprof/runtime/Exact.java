@@ -57,7 +57,7 @@ import jdk.internal.vm.annotation.ForceInline;
  *   +16 bytecodes  (bb=off; the first block's, when it runs once per call, are calls times its size)
  *   +24 kids       the entry's own table of children, as {@link ExactState#cur} holds it; until the context
  *                  first calls, the entry's address + 8 with no size (below)
- *   +32 parent     the table the entry is in (0: {@link #DUMMY}, whose invocations never move the current table)
+ *   +32 parent     the table the entry is in (for {@link #DUMMY}: {@link #MUTED}, see {@link #mute})
  *   +40            (a table's overflow entry: the table's others, below)
  *   +48 blocks     address of the entry's block counters (bb=on), else 0
  *   +56 int        the agent's CCT node of the context (written only by the merge; an overflow entry: the
@@ -86,6 +86,10 @@ import jdk.internal.vm.annotation.ForceInline;
  * catches what a callback threw (JNI {@code ExceptionClear}, {@code ExceptionDescribe}) is no rewritten
  * handler: the agent intercepts those two JNI functions and, when the innermost Java frame is a wrapped
  * native, calls {@link #caught}, which re-asserts the wrapper's table as a handler would.
+ *
+ * <p><b>Muted calls</b> (those an intrinsic candidate makes, {@link #mute}) run with {@code cur} = {@link
+ * #MUTED}, a table whose slots match no call: the prologues' miss paths see it and return {@link #DUMMY}, whose
+ * parent is {@link #MUTED} again, so the hit path and the return carry no check for muting.
  *
  * <p><b>Overflow.</b> All threads' trees together may take {@link #init}'s budget of bytes. Once a tree can
  * get no more memory, an invocation in a context not seen before counts on the overflow entry of its
@@ -173,7 +177,10 @@ public final class Exact {
         for (int i = 0; i < CAP; i++) {
             U.putLong(a + ((long) i << ENTRY) + KEY, NEVER);
         }
-        return a | ((long) CAP << 48);
+        long t = a | ((long) CAP << 48);
+        // Muted invocations return to muted code (see leave).
+        U.putLong(DUMMY + PARENT, t);
+        return t;
     }
 
     private static ExactState offState() {
@@ -585,16 +592,12 @@ public final class Exact {
         leave(s, c);
     }
 
-    /** The caller's table again: the one the entry is in. An invocation that counted nothing ({@link #DUMMY},
-     *  parent 0: below an intrinsic candidate, where restoring a table would hang the rest of its caller's
-     *  calls elsewhere) leaves it alone. */
+    /** The caller's table again: the one the entry is in. An invocation that counted nothing ({@link #DUMMY})
+     *  ran muted, or with profiling off, and returns to muted code: its parent is {@link #MUTED}. */
     @ForceInline
     private static void leave(ExactState s, long c) {
-        long back = U.getLong(c + PARENT);
-        if (back != 0) {
-            s.cur = back;
-            s.site = 0;
-        }
+        s.cur = U.getLong(c + PARENT);
+        s.site = 0;
     }
 
     /** At an exception handler: callees of this invocation hang below its context again, whatever table the
