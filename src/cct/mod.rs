@@ -187,6 +187,15 @@ impl Cct {
         }
     }
 
+    /// Starts loading the hash-table slot where [`Cct::child`] of the same key begins to look, without
+    /// waiting for it. A caller about to insert many nodes (exact mode's merge, thousands per table of a
+    /// thread's tree) issues these first, so that the slots' cache and TLB misses, each at a random place
+    /// of a table of hundreds of megabytes, overlap instead of coming one after the other.
+    pub fn prefetch_child(&self, parent: NodeId, frame: FrameId, callsite: i32) {
+        let slot = Self::hash(parent, frame, callsite) as usize & self.mask;
+        self.table.prefetch(slot);
+    }
+
     /// Walks (or extends) the path below `start`, one (frame, callsite) pair at a time, root side first.
     /// Returns the last node, or the overflow node (with `false`) when the arena ran out on the way.
     pub fn path<I: IntoIterator<Item = (FrameId, i32)>>(&self, start: NodeId, frames: I) -> (NodeId, bool) {

@@ -428,7 +428,8 @@ fn difference(
     bytecodes: u64,
     blocks: Vec<u64>,
 ) -> (u64, u64, Vec<u64>) {
-    let before = merged.remove(&entry).unwrap_or_default();
+    // A thread's first merge has nothing before (and hashing every entry for nothing took a while).
+    let before = if merged.is_empty() { Merged::default() } else { merged.remove(&entry).unwrap_or_default() };
     let d_blocks =
         blocks.iter().enumerate().map(|(k, &c)| c.saturating_sub(before.blocks.get(k).copied().unwrap_or(0))).collect();
     let d = (calls.saturating_sub(before.calls), bytecodes.saturating_sub(before.bytecodes), d_blocks);
@@ -490,6 +491,24 @@ fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: 
         }
         let parent_layout =
             parent_method.and_then(|m| layouts.entry(m).or_insert_with(|| engine.methods.blocks(m)).clone());
+        // The CCT key of a context new to the CCT: its method, and its callsite's bci in the parent.
+        let key_of = |key: u64| {
+            let site = ((key >> 32) & 0x7fff_ffff) as u32;
+            let bci = match &parent_layout {
+                Some(layout) if callsites => layout.site_bci(site),
+                _ => -1,
+            };
+            (FrameId::method(key as u32), bci)
+        };
+        if parent != cct.overflow() {
+            for &e in &entries {
+                let key = tree.word(e + KEY);
+                if key != 0 && key != NEVER && key != OVERFLOW_KEY && tree.cct(e) == 0 {
+                    let (frame, bci) = key_of(key);
+                    cct.prefetch_child(parent, frame, bci);
+                }
+            }
+        }
         for &e in &entries {
             let key = tree.word(e + KEY);
             if key == 0 || key == NEVER {
@@ -512,12 +531,8 @@ fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: 
                     let node = if parent == cct.overflow() {
                         cct.overflow()
                     } else {
-                        let site = ((key >> 32) & 0x7fff_ffff) as u32;
-                        let bci = match &parent_layout {
-                            Some(layout) if callsites => layout.site_bci(site),
-                            _ => -1,
-                        };
-                        cct.child(parent, FrameId::method(method), bci).unwrap_or(cct.overflow())
+                        let (frame, bci) = key_of(key);
+                        cct.child(parent, frame, bci).unwrap_or(cct.overflow())
                     };
                     tree.set_cct(e, node);
                     node
