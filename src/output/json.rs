@@ -244,13 +244,14 @@ fn write_nodes_with(text: &NodeText<'_>, out: &mut dyn Write, formatters: usize)
     let chunks = text.chunks();
     let formatters = formatters.min(chunks);
     let mut own = Vec::with_capacity(CHUNK_NODES * 192);
+    // Chunk `c` formatted by this thread and written.
+    let mut write_own = |c: usize, out: &mut dyn Write| {
+        own.clear();
+        text.format_chunk(c, &mut own);
+        out.write_all(&own)
+    };
     if formatters <= 1 {
-        for c in 0..chunks {
-            own.clear();
-            text.format_chunk(c, &mut own);
-            out.write_all(&own)?;
-        }
-        return Ok(());
+        return (0..chunks).try_for_each(|c| write_own(c, out));
     }
     std::thread::scope(|scope| {
         // Helper h formats chunks h, h + n, ...; it sends each chunk's text on `texts` and takes the next
@@ -280,19 +281,12 @@ fn write_nodes_with(text: &NodeText<'_>, out: &mut dyn Write, formatters: usize)
             // No thread for every formatter: the helpers started stop at their first send (the receivers
             // go with `helpers`), and this thread formats everything.
             drop(helpers);
-            for c in 0..chunks {
-                own.clear();
-                text.format_chunk(c, &mut own);
-                out.write_all(&own)?;
-            }
-            return Ok(());
+            return (0..chunks).try_for_each(|c| write_own(c, out));
         }
         for c in 0..chunks {
             let h = c % formatters;
             if h == 0 {
-                own.clear();
-                text.format_chunk(c, &mut own);
-                out.write_all(&own)?;
+                write_own(c, out)?;
             } else {
                 let (texts, spare_tx) = &helpers[h - 1];
                 let buf = texts.recv().map_err(|_| std::io::Error::other("a JSON formatter thread failed"))?;
