@@ -323,18 +323,18 @@ impl Profile {
     /// Inclusive values for every node under `metric` (children's totals plus the node's own), indexed
     /// like [`Profile::nodes`].
     pub fn totals(&self, metric: Metric) -> Vec<u64> {
-        let mut totals: Vec<u64> = (0..self.nodes.len() as u32).map(|i| self.value(i, metric)).collect();
-        for i in self.post_order() {
-            let sum: u64 = self.nodes[i as usize].children.iter().map(|&c| totals[c as usize]).sum();
-            totals[i as usize] = totals[i as usize].saturating_add(sum);
-        }
+        let [totals] = self.totals_of([metric]);
         totals
     }
 
     /// [`Profile::totals`] of samples, weight and calls, in one walk of the tree.
     pub fn all_totals(&self) -> [Vec<u64>; 3] {
-        let mut totals = [Metric::Samples, Metric::Weight, Metric::Calls]
-            .map(|m| (0..self.nodes.len() as u32).map(|i| self.value(i, m)).collect::<Vec<u64>>());
+        self.totals_of([Metric::Samples, Metric::Weight, Metric::Calls])
+    }
+
+    /// [`Profile::totals`] of each of `metrics`, in one walk of the tree.
+    fn totals_of<const N: usize>(&self, metrics: [Metric; N]) -> [Vec<u64>; N] {
+        let mut totals = metrics.map(|m| (0..self.nodes.len() as u32).map(|i| self.value(i, m)).collect::<Vec<u64>>());
         for i in self.post_order() {
             for t in &mut totals {
                 let sum: u64 = self.nodes[i as usize].children.iter().map(|&c| t[c as usize]).sum();
