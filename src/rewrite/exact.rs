@@ -61,6 +61,8 @@ struct Refs {
     handler: u16,
     spill: u16,
     site_field: u16,
+    far_field: u16,
+    at_far: u16,
     mute: u16,
     unmute: u16,
 }
@@ -116,6 +118,8 @@ impl ExactTransform {
             handler: cp.add_methodref(RUNTIME_CLASS, "handler", &format!("({s}{c})V")).map_err(full)?,
             spill: cp.add_methodref(RUNTIME_CLASS, "spill", &format!("({c}I)I")).map_err(full)?,
             site_field: cp.add_fieldref(STATE_CLASS, "site", "I").map_err(full)?,
+            far_field: cp.add_fieldref(STATE_CLASS, "far", "I").map_err(full)?,
+            at_far: cp.add_methodref(RUNTIME_CLASS, "atFar", &format!("({s}I)V")).map_err(full)?,
             mute: cp.add_methodref(find, "mute", "()V").map_err(full)?,
             unmute: cp.add_methodref(find, "unmute", "()V").map_err(full)?,
         };
@@ -253,6 +257,8 @@ impl ExactTransform {
             .map(|insn| insn.offset)
             .collect();
         let table = sites.len();
+        // Slots of the context's table: slot 0 (no known callsite) and one per site, up to TABLE_CAP.
+        let slots = (table + 1).min(TABLE_CAP);
         let blocks = MethodBlocks { spans, first_counted_by_calls: fold_first, sites };
         let id = self.methods.id_with_blocks(m.class_name, m.name, m.descriptor, blocks.clone()) as i32;
         // HotSpot runs these between a call's callsite store and the callee's prologue: they read the
@@ -264,7 +270,15 @@ impl ExactTransform {
         let state =
             if leaf { 0 } else { editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)? };
         let node = editor.add_local(VType::Long).map_err(EditError::Refused)?;
-        let site = if gives_site_back { editor.add_local(VType::Integer).map_err(EditError::Refused)? } else { 0 };
+        // What the caller named for the call that is linking (its site, and the real one if past the table).
+        let (saved_site, saved_far) = if gives_site_back {
+            (
+                editor.add_local(VType::Integer).map_err(EditError::Refused)?,
+                editor.add_local(VType::Integer).map_err(EditError::Refused)?,
+            )
+        } else {
+            (0, 0)
+        };
         // The prologue's second argument: bb=off, the first block's bytecodes when it runs once per call (the
         // runtime adds them only to an overflow entry, whose calls come from many methods); bb=on, the number
         // of block counters; with the size of the method's table of children (methods that call).
@@ -281,7 +295,8 @@ impl ExactTransform {
         } else {
             s.invokestatic(cp, refs.state).astore(state);
             if gives_site_back {
-                s.aload(state).getfield(cp, refs.site_field).istore(site);
+                s.aload(state).getfield(cp, refs.site_field).istore(saved_site);
+                s.aload(state).getfield(cp, refs.far_field).istore(saved_far);
             }
             s.aload(state).push_int(cp, id).push_int(cp, arg).invokestatic(cp, refs.enter).lstore(node);
         }
@@ -365,10 +380,18 @@ impl ExactTransform {
                     s.aload(state).lload(node).invokestatic(cp, refs.exit);
                 }
                 if gives_site_back && is_return(insn.opcode) {
-                    s.aload(state).iload(site).putfield(cp, refs.site_field);
+                    s.aload(state).iload(saved_site).putfield(cp, refs.site_field);
+                    s.aload(state).iload(saved_far).putfield(cp, refs.far_field);
                 }
                 if let Ok(i) = blocks.sites.binary_search(&insn.offset) {
-                    s.aload(state).push_int(cp, i as i32 + 1).putfield(cp, refs.site_field);
+                    // The callee's entry is the site's slot of this context's table; sites past the table's
+                    // slots go to its others, by the site.
+                    let site = i + 1;
+                    if site < slots {
+                        s.aload(state).push_int(cp, site as i32).putfield(cp, refs.site_field);
+                    } else {
+                        s.aload(state).push_int(cp, site as i32).invokestatic(cp, refs.at_far);
+                    }
                 }
                 if !s.is_empty() {
                     editor.insert_before(insn.offset, s)?;

@@ -257,8 +257,9 @@ fn first_block_bytecodes(blocks: &MethodBlocks) -> u64 {
 }
 
 /// A thread's tree as `kprof.runtime.Exact` lays it out in native memory (see that class): 64-byte entries
-/// in tables of children, a table named by the address of its first entry with its number of slots in the
-/// top 16 bits (its overflow entry follows them, and holds the hash table of the table's other entries).
+/// in tables of children, a context's table at the address in its `KIDS` word with its number of slots in
+/// its `LIM` word (its overflow entry follows them, and holds the hash table of the table's other entries).
+/// Here a table is named by the address of its first entry with its number of slots in the top 16 bits.
 mod tree {
     use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -267,6 +268,8 @@ mod tree {
     pub const CALLS: u64 = 8;
     pub const BYTECODES: u64 = 16;
     pub const KIDS: u64 = 24;
+    /// The number of slots of the entry's own table (a 4-byte word; 0: it has none of its own).
+    pub const LIM: u64 = 60;
     /// In a table's overflow entry: the hash table of the table's other entries (those whose slot another
     /// holds), its capacity in its first word, then the entries' addresses (0: free).
     pub const OTHERS: u64 = 40;
@@ -274,9 +277,11 @@ mod tree {
     pub const CCT: u64 = 56;
     pub const ADDRESS: u64 = (1 << 48) - 1;
     /// `Exact.OVERFLOW_KEY`: a table's overflow entry.
-    pub const OVERFLOW_KEY: u64 = (1 << 63) | 0xffff_ffff;
-    /// `Exact.NEVER`: the overflow table's one slot, which holds no context.
+    pub const OVERFLOW_KEY: u64 = 0xffff_ffff;
+    /// `Exact.NEVER`: the slots of the overflow table, which hold no context.
     pub const NEVER: u64 = u64::MAX;
+    /// `Exact.USED`: set in the low word of every context's key, above the method id.
+    pub const USED: u64 = 1 << 31;
 
     /// Native memory of a thread's tree, read while the thread may run.
     #[derive(Clone, Copy)]
@@ -298,6 +303,12 @@ mod tree {
             // thread may write it meanwhile (plain 8-byte stores, atomic on this platform), so it is read
             // as an atomic, acquiring what a release store published.
             unsafe { AtomicU64::from_ptr(address as *mut u64) }.load(Ordering::Acquire)
+        }
+
+        /// The number of slots of the table of the entry at `entry` (0: none of its own).
+        pub fn slots(self, entry: u64) -> u64 {
+            // SAFETY: as `word`; the runtime writes it before it publishes the entry's key.
+            u64::from(unsafe { AtomicU32::from_ptr((entry + LIM) as *mut u32) }.load(Ordering::Acquire))
         }
 
         /// The CCT node the agent recorded for the entry at `entry` (0: none yet).
@@ -493,12 +504,12 @@ fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: 
             parent_method.and_then(|m| layouts.entry(m).or_insert_with(|| engine.methods.blocks(m)).clone());
         // The CCT key of a context new to the CCT: its method, and its callsite's bci in the parent.
         let key_of = |key: u64| {
-            let site = ((key >> 32) & 0x7fff_ffff) as u32;
+            let site = (key >> 32) as u32;
             let bci = match &parent_layout {
                 Some(layout) if callsites => layout.site_bci(site),
                 _ => -1,
             };
-            (FrameId::method(key as u32), bci)
+            (FrameId::method((key & !USED) as u32), bci)
         };
         if parent != cct.overflow() {
             for &e in &entries {
@@ -525,7 +536,7 @@ fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: 
                 }
                 continue;
             }
-            let method = key as u32;
+            let method = (key & !USED) as u32;
             let node = match tree.cct(e) {
                 0 => {
                     let node = if parent == cct.overflow() {
@@ -539,10 +550,11 @@ fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: 
                 }
                 n => n,
             };
-            // No table yet (size 0: the context never called), or calls counted as overflow.
+            // No table of its own (a leaf method's context, or one whose calls count as overflow): size 0.
             let kids = tree.word(e + KIDS);
-            if kids >> 48 != 0 && kids != overflow {
-                work.push((kids, node, Some(method)));
+            let slots = tree.slots(e);
+            if slots != 0 && kids & !ADDRESS == 0 {
+                work.push((kids | slots << 48, node, Some(method)));
             }
             let layout = layouts.entry(method).or_insert_with(|| engine.methods.blocks(method)).clone();
             let blocks_at = tree.word(e + BLOCKS);

@@ -22,6 +22,8 @@ import jdk.internal.vm.annotation.ForceInline;
  *                         aload S; lload C; iload B; invokestatic Exact.countExit(SJI)V; athrow
  *   exception handlers:   aload S; lload C; invokestatic Exact.handler(SJ)V       (before the block's helper)
  *   before calls, new:    aload S; ldc SITE; putfield S.site
+ *                         (a site past the method's table, SITE >= CAP: aload S; ldc SITE; invokestatic
+ *                         Exact.atFar(SI)V)
  *   before each return:   aload S; lload C; iload B; invokestatic Exact.countExit(SJI)V
  *                         (bb=on: aload S; lload C; invokestatic Exact.exit(SJ)V)
  *                         (a returning block without calls uses countExit/blockExit at its start instead)
@@ -52,58 +54,63 @@ import jdk.internal.vm.annotation.ForceInline;
  * #alloc}): no atomics or shared writes on the fast path, no object for the garbage collector to trace. A
  * context is a 64-byte entry, one cache line:
  * <pre>
- *   +0  key        USED | site &lt;&lt; 32 | method id; 0 while the entry is empty
+ *   +0  key        site &lt;&lt; 32 | USED | method id; 0 while the entry is empty
  *   +8  calls
  *   +16 bytecodes  (bb=off; the first block's, when it runs once per call, are calls times its size)
- *   +24 kids       the entry's own table of children, as {@link ExactState#cur} holds it; until the context
- *                  first calls, the entry's address + 8 with no size (below)
+ *   +24 kids       the address of the entry's own table of children ({@link #MUTED} for a leaf method's
+ *                  context, which cannot call; the thread's overflow table when there was no memory for one)
  *   +32 parent     the table the entry is in (for {@link #DUMMY}: {@link #MUTED}, see {@link #mute})
- *   +40            (a table's overflow entry: the table's others, below)
+ *   +40 slots      in a slot of a table: the table's number of slots; in a table's overflow entry: the
+ *                  table's others (below)
  *   +48 blocks     address of the entry's block counters (bb=on), else 0
  *   +56 int        the agent's CCT node of the context (written only by the merge; an overflow entry: the
  *                  number of the table's others)
- *   +60 int        the size of the entry's table of children, for when it is made
+ *   +60 int        the number of slots of the entry's own table (0: none of its own)
  * </pre>
- * A table of children is {@code lim} entries, one per callsite of its context's method (entry 0 for calls of
- * no known callsite, entry i for the method's i-th call; a method with more callsites than {@link #CAP - 1}
- * shares slots by {@code site % CAP}), followed by the table's overflow entry. So a call finds its context
- * without hashing and with one dependent load: the entry of its callsite in the current table, whose key
- * is the callee in the common, monomorphic case. Contexts whose slot is taken (other callees of a
- * polymorphic callsite, other callsites of a large method) are the table's others, found through an open
- * hash table of their addresses that hangs from the table's overflow entry; the key holds the site, so
- * contexts that share a slot stay apart. A table is referred to by the address of its first entry with {@code lim} in
- * the top 16 bits (below 2^48: user-space addresses). A context gets its table when it first calls: half the
- * contexts of a recursive program never do. Until then its table is its own address + 8 with {@code lim} 0,
- * where the lookup reads the entry's call count for a key, which matches no call, and so takes the miss
- * path, which makes the table.
+ * A table of children has a slot per callsite of its context's method (slot 0 for calls of no known
+ * callsite, slot i for the method's i-th call), up to {@link #CAP}, followed by the table's overflow entry;
+ * the rewrite knows the method's number of slots, so a caller never names a slot past its table. A call
+ * finds its context without hashing: the caller writes the call's site, the callee's prologue adds it to
+ * the current table and compares the low word of the entry there with its own method's (a constant once
+ * compiled), which matches in the common, monomorphic case. Contexts whose slot is taken (other callees of
+ * a polymorphic callsite, and the callees of the sites of a large method past its table's slots, which
+ * name the overflow entry and leave their site in {@link ExactState#far}) are the table's others, found
+ * through an open hash table of their addresses that hangs from the table's overflow entry, by their full
+ * key. A context of a method that calls gets its table when it is created, so that the caller's slot is
+ * always there to read; empty slots know their table and its size, for the miss path.
  *
  * <p><b>The current context</b> is kept without instrumenting exceptional exits, like bytecode mode's depth:
  * {@code enter} takes the table {@code cur} the caller left and the callsite it wrote, finds or creates the
  * callee's entry there, and leaves {@code cur} = the callee's own table for its callees; a normal return
  * restores {@code cur} = the table its entry is in; an exception handler re-asserts {@code cur} = its own
- * entry's table. Leaf methods (no calls, no {@code new}) never move it. A native wrapper is an entry of the
- * native method; code the native calls back runs with {@code cur} = its table and callsite 0. Native code that
- * catches what a callback threw (JNI {@code ExceptionClear}, {@code ExceptionDescribe}) is no rewritten
- * handler: the agent intercepts those two JNI functions and, when the innermost Java frame is a wrapped
- * native, calls {@link #caught}, which re-asserts the wrapper's table as a handler would.
+ * entry's table. The callee, a return and a handler reset the site to 0, so a call the JVM makes itself (a
+ * class initializer) is one of no known callsite. Leaf methods (no calls, no {@code new}) never move
+ * {@code cur}. A native wrapper is an entry of the native method; code the native calls back runs with
+ * {@code cur} = its table and callsite 0. Native code that catches what a callback threw (JNI
+ * {@code ExceptionClear}, {@code ExceptionDescribe}) is no rewritten handler: the agent intercepts those two
+ * JNI functions and, when the innermost Java frame is a wrapped native, calls {@link #caught}, which
+ * re-asserts the wrapper's table as a handler would.
  *
  * <p><b>Muted calls</b> (those an intrinsic candidate makes, {@link #mute}) run with {@code cur} = {@link
- * #MUTED}, a table whose slots match no call: the prologues' miss paths see it and return {@link #DUMMY}, whose
- * parent is {@link #MUTED} again, so the hit path and the return carry no check for muting.
+ * #MUTED}, a table of {@link #CAP} slots and an overflow entry, none of which match a call: the prologues'
+ * miss paths see it and return {@link #DUMMY}, whose table and parent are {@link #MUTED} again, so the hit
+ * path and the return carry no check for muting.
  *
  * <p><b>Overflow.</b> All threads' trees together may take {@link #init}'s budget of bytes. Once a tree can
- * get no more memory, an invocation in a context not seen before counts on the overflow entry of its
- * caller's table (key {@link #OVERFLOW_KEY}), whose table of children is the thread's overflow table: what it
- * calls counts on that table's own overflow entry, and its return restores its caller's table, as any
- * return. The agent files them all under {@code [cct_overflow]}.
+ * get no more memory, a context not seen before is created only where its slot is free, without a table of
+ * its own: what it calls counts on the thread's overflow table ({@link #CAP} slots that match no call) and
+ * its overflow entry; a context that would be one of a table's others counts on the table's overflow entry
+ * (key {@link #OVERFLOW_KEY}), whose table of children is the thread's overflow table as well. Returns
+ * restore the caller's table, as any return. The agent files them all under {@code [cct_overflow]}.
  *
  * <p>The trees go into the agent's one tree ({@link #merge}, which reads the native memory) when a thread
  * ends and when the agent writes the profile (then as the difference to what was merged before).
  *
  * <p>Everything here is leaf code: no allocation on the fast paths (a new context takes arena memory, a new
  * chunk of it a call to the agent), no JDK calls that could be rewritten. Fast paths are
- * {@code @ForceInline} but for the prologues ({@link #enter}, {@link #enterLeaf}: one real call per
- * invocation, which measured faster than their code inlined everywhere), slow paths {@code @DontInline}.
+ * {@code @ForceInline} but for the prologues of methods that call ({@link #enter}: one real call per
+ * invocation, which measured faster than its code inlined everywhere on the JIT-bound workloads; a leaf's
+ * prologue, {@link Ef#enterLeaf}, has its hit path inlined), slow paths {@code @DontInline}.
  * While profiling is off, every thread gets {@link #OFF}, whose context is {@link #DUMMY}.
  */
 public final class Exact {
@@ -112,17 +119,19 @@ public final class Exact {
     /** Offsets in an entry, and its size (1 << ENTRY). */
     static final int ENTRY = 6;
     static final long KEY = 0, CALLS = 8, BYTECODES = 16, KIDS = 24, PARENT = 32, BLOCKS = 48, LIM = 60;
+    /** In every slot of a table: the table's number of slots (where its overflow entry is). */
+    static final long SLOTS = 40;
     /** In a table's overflow entry: the table's others' hash table, and their number. */
     static final long OTHERS = 40, OTHER_COUNT = 56;
     /** Most slots a table of children has (a power of two), besides its overflow entry. */
     static final int CAP = 32;
     static final long ADDRESS = (1L << 48) - 1;
-    /** Set in every key, so that an empty entry (key 0) matches none. */
-    static final long USED = 1L << 63;
-    /** Key of an overflow entry: method id -1, site 0. */
-    static final long OVERFLOW_KEY = USED | 0xffffffffL;
-    /** Key of the overflow table's slot: matches no call (sites are below 2^31), so every call there goes to
-     *  the table's overflow entry. */
+    /** Set in the low word of every key, so that an empty entry (key 0) matches none. */
+    static final int USED = 0x8000_0000;
+    /** Key of an overflow entry: method id 0x7fffffff (no method's), site 0. */
+    static final long OVERFLOW_KEY = 0xffff_ffffL;
+    /** Key of the slots of the shared muted table and of a thread's overflow table: matches no call, so every
+     *  call there takes the miss path. */
     static final long NEVER = -1L;
     /** Arena chunks: the first of a thread, and the largest but for a table that needs more (one huge page:
      *  the agent maps chunks of that size on huge pages where the system allows, as a deep tree spread
@@ -144,15 +153,15 @@ public final class Exact {
      *  thread, never read; any block index fits. */
     private static long garbageBlocks;
     private static final int MAX_BLOCKS = 1 << 16;
-    /** The context of invocations that count nothing (profiling off, or below an intrinsic candidate):
-     *  written by every thread, never read. */
+    /** The context of invocations that count nothing (profiling off, or below an intrinsic candidate): its
+     *  table of children and its parent are {@link #MUTED}. Never written on the fast paths. */
     static final long DUMMY = zeroed(1L << ENTRY);
-    /** The current table of muted code ({@link #mute}): {@link #CAP} slots whose key matches no call, so
-     *  the prologues' hit path needs no mute check of its own; their miss paths see this table and count
-     *  nothing. */
+    /** The table of muted code ({@link #mute}), of {@link #DUMMY} and of contexts that cannot call (leaf
+     *  methods): {@link #CAP} slots and an overflow entry, all keyed {@link #NEVER}, so the prologues' hit path
+     *  needs no mute check of its own; their miss paths see this table and count nothing. */
     static final long MUTED = mutedTable();
-    /** The state of threads while profiling is off: muted for good (its current table is {@link #MUTED}),
-     *  so its invocations count nothing and move nothing. */
+    /** The state of threads while profiling is off: muted for good (its table is {@link #MUTED}), so its
+     *  invocations count nothing and move nothing. */
     static final ExactState OFF = offState();
 
     private static final int BUCKETS = 1 << 12;
@@ -174,13 +183,17 @@ public final class Exact {
 
     private static long mutedTable() {
         long a = zeroed((CAP + 1L) << ENTRY);
-        for (int i = 0; i < CAP; i++) {
-            U.putLong(a + ((long) i << ENTRY) + KEY, NEVER);
+        for (int i = 0; i <= CAP; i++) {
+            long e = a + ((long) i << ENTRY);
+            U.putLong(e + KEY, NEVER);
+            U.putLong(e + PARENT, a);
+            U.putLong(e + KIDS, a);
+            U.putLong(e + SLOTS, CAP);
         }
-        long t = a | ((long) CAP << 48);
-        // Muted invocations return to muted code (see leave).
-        U.putLong(DUMMY + PARENT, t);
-        return t;
+        // Muted invocations return to muted code (see leave), and what they call is muted too.
+        U.putLong(DUMMY + PARENT, a);
+        U.putLong(DUMMY + KIDS, a);
+        return a;
     }
 
     private static ExactState offState() {
@@ -198,11 +211,11 @@ public final class Exact {
         return current();
     }
 
-    /** Prologue, second: this method's context under the caller's and the callsite; counts the call. The
-     *  first block's bytecodes ({@code nk}'s low 16 bits, when it runs once per call) are not added to the
-     *  entry: the agent knows them and adds calls times their number when it merges, saving a
+    /** Prologue, second: this method's context, the entry in the slot of the caller's site in the current
+     *  table; counts the call. The first block's bytecodes ({@code nk}'s low 16 bits, when it runs once per call) are not
+     *  added to the entry: the agent knows them and adds calls times their number when it merges, saving a
      *  read-modify-write per call; but for an overflow entry, whose calls come from many methods. Leaves
-     *  {@code cur} = the context's table for callees.
+     *  {@code cur} = the context's own table for its callees.
      *
      *  <p>A real call, deliberately: inlined into every rewritten method (and into everything the JIT
      *  inlines those into) the lookup made the compiled code larger and the JIT slower, by more than the
@@ -220,42 +233,39 @@ public final class Exact {
         return enter(s, method, 0, bk >>> 16, bk & 0xffff);
     }
 
-    /** {@link #enter} and {@link #enterBlocks}: the hit path (the callee in its callsite's slot) is all that
-     *  runs on most calls. */
+    /** {@link #enter} and {@link #enterBlocks}: the hit path (the callee in the slot its caller named) is all
+     *  that runs on most calls: the slot's address from the current table and the site, one compare of the
+     *  low word of its key with the method's. */
     @ForceInline
     private static long enter(ExactState s, int method, int n, int lim, int blocks) {
-        long t = s.cur;
-        int site = s.site;
+        long e = s.cur + ((long) s.site << ENTRY);
         s.site = 0;
-        long key = key(site, method);
-        long e = slot(t, site);
-        if (U.getLong(e + KEY) == key) {
+        if (U.getInt(e + KEY) == (USED | method)) {
             U.putLong(e + CALLS, U.getLong(e + CALLS) + 1);
             s.cur = U.getLong(e + KIDS);
             return e;
         }
-        return enterMiss(s, t, site, key, n, lim, blocks);
+        return enterMiss(s, e, method, n, lim, blocks);
     }
 
-    /** {@link #enter} when the callee is not in its slot: one of the table's others, new, or an overflow
-     *  entry (which counts the bytecodes {@code n} of the first block itself); or the caller's context has
-     *  no table yet; or the call is muted ({@link #MUTED}, whose slots match no call). */
+    /** {@link #enter} when the callee is not in the slot: one of the table's others, new, or an overflow
+     *  entry (which counts the bytecodes {@code n} of the first block itself); or the call is muted (a slot
+     *  of {@link #MUTED}). */
     @DontInline
-    private static long enterMiss(ExactState s, long t, int site, long key, int n, int lim, int blocks) {
-        if (t == MUTED) {
-            return DUMMY;
-        }
-        long c = find(s, tableOf(s, t), site, key, lim, blocks);
-        U.putLong(c + CALLS, U.getLong(c + CALLS) + 1);
-        if (U.getLong(c + KEY) == OVERFLOW_KEY) {
-            U.putLong(c + BYTECODES, U.getLong(c + BYTECODES) + n);
+    private static long enterMiss(ExactState s, long e, int method, int n, int lim, int blocks) {
+        long c = find(s, e, method, lim, blocks);
+        if (c != DUMMY) {
+            U.putLong(c + CALLS, U.getLong(c + CALLS) + 1);
+            if (U.getLong(c + KEY) == OVERFLOW_KEY) {
+                U.putLong(c + BYTECODES, U.getLong(c + BYTECODES) + n);
+            }
         }
         s.cur = U.getLong(c + KIDS);
         return c;
     }
 
-    /** Prologue of a leaf method (no calls, no {@code new}): its context; the current table stays the
-     *  caller's. A real call, as {@link #enter}. */
+    /** Prologue of a leaf method (no calls, no {@code new}): its context; calls the JVM makes while it runs
+     *  (a class initializer) come from no known callsite of the caller. A real call, as {@link #enter}. */
     @DontInline
     public static long enterLeaf(int method, int n) {
         return leaf(current(), method, n, 0);
@@ -271,93 +281,75 @@ public final class Exact {
      *  moving the current table. */
     @ForceInline
     static long leaf(ExactState s, int method, int n, int blocks) {
-        long t = s.cur;
-        int site = s.site;
+        long e = s.cur + ((long) s.site << ENTRY);
         s.site = 0;
-        long key = key(site, method);
-        long e = slot(t, site);
-        if (U.getLong(e + KEY) == key) {
+        if (U.getInt(e + KEY) == (USED | method)) {
             U.putLong(e + CALLS, U.getLong(e + CALLS) + 1);
             return e;
         }
-        return leafMiss(s, t, site, key, n, blocks);
+        return leafMiss(s, e, method, n, blocks);
     }
 
-    /** {@link #leaf} when the callee is not in its slot, or the caller's context has no table yet, or the
-     *  call is muted. */
+    /** {@link #leaf} when the callee is not in the slot, or the call is muted. */
     @DontInline
-    private static long leafMiss(ExactState s, long t, int site, long key, int n, int blocks) {
-        if (t == MUTED) {
-            return DUMMY;
-        }
-        long c = find(s, tableOf(s, t), site, key, 1, blocks);
-        U.putLong(c + CALLS, U.getLong(c + CALLS) + 1);
-        if (U.getLong(c + KEY) == OVERFLOW_KEY) {
-            U.putLong(c + BYTECODES, U.getLong(c + BYTECODES) + n);
+    private static long leafMiss(ExactState s, long e, int method, int n, int blocks) {
+        long c = find(s, e, method, 0, blocks);
+        if (c != DUMMY) {
+            U.putLong(c + CALLS, U.getLong(c + CALLS) + 1);
+            if (U.getLong(c + KEY) == OVERFLOW_KEY) {
+                U.putLong(c + BYTECODES, U.getLong(c + BYTECODES) + n);
+            }
         }
         return c;
     }
 
+    /** The key of method {@code method}'s context at callsite {@code site}: the low word is what the hit
+     *  paths compare, the site above it is for the others' lookup and the merge. */
     @ForceInline
     private static long key(int site, int method) {
-        return USED | ((long) site << 32) | (method & 0xffffffffL);
+        return ((long) site << 32) | ((USED | method) & 0xffffffffL);
     }
 
-    /** The entry of callsite {@code site} in table {@code t}: its own slot, or in a capped table (lim = CAP)
-     *  a shared one; a site beyond a smaller table (which no call of the table's method writes) takes
-     *  slot 0. */
+    /** Before a call at a callsite past the slots of its method's table (a method with more than
+     *  {@link #CAP} - 1 calls): the callee is one of the table's others, found by the site, which goes in
+     *  {@link ExactState#far}; the call names the table's overflow entry, which matches no call. */
     @ForceInline
-    private static long slot(long t, int site) {
-        int lim = (int) (t >>> 48);
-        int i = site;
-        if (i >= lim || i < 0) {
-            i &= -(lim >> 5) & (CAP - 1);
-        }
-        return (t & ADDRESS) + ((long) i << ENTRY);
+    public static void atFar(ExactState s, int site) {
+        s.far = site;
+        s.site = CAP;
     }
 
-    /** The overflow entry of table {@code t}. */
-    @ForceInline
-    private static long overflowOf(long t) {
-        return (t & ADDRESS) + ((t >>> 48) << ENTRY);
-    }
-
-    /** The current table {@code t}, made now if its context has none yet (then also the current table from
-     *  here on: a leaf callee does not move it). */
-    private static long tableOf(ExactState s, long t) {
-        if ((t >>> 48) != 0) {
-            return t;
+    /**
+     * The context of {@code method} for the slot {@code e} a call named, with room for {@code blocks} block
+     * counters and a table of {@code lim} slots of its own (none for a leaf method: 0): the slot's entry when
+     * it is empty (then created there), else one of the others of the slot's table (another callee of the same
+     * callsite, or a callsite past the table's slots), found through a hash table of their addresses that hangs
+     * from the table's overflow entry, and created when new. The table's overflow entry once the memory is
+     * spent; {@link #DUMMY} for a muted call; below an overflowing context, the overflow table's entry.
+     */
+    private static long find(ExactState s, long e, int method, int lim, int blocks) {
+        long t = U.getLong(e + PARENT);
+        if (t == MUTED) {
+            return DUMMY;
         }
-        long c = (t & ADDRESS) - CALLS;
-        long kids = table(s, U.getInt(c + LIM));
-        if (kids == 0) {
-            // No memory: what the context calls counts as overflow.
-            kids = s.overflowTable;
-        }
-        // The merge may read the entry while the thread runs: the table is complete before it is linked.
-        U.putLongRelease(null, c + KIDS, kids);
-        s.cur = kids;
-        return kids;
-    }
-
-    /** The entry of {@code key} for callsite {@code site} in table {@code t}, with room for {@code blocks} block
-     *  counters and, for later, a table of {@code lim} slots of its own: created when it is not there (the
-     *  table's overflow entry once the memory is spent). A context whose slot another one holds (another callee
-     *  of the same callsite, or another callsite of a large method) is one of the table's others, found
-     *  through a hash table of their addresses that hangs from the table's overflow entry. */
-    private static long find(ExactState s, long t, int site, long key, int lim, int blocks) {
-        long e = slot(t, site);
-        long k = U.getLong(e + KEY);
-        if (k == key) {
-            return e;
-        }
-        if (k == 0) {
-            return claim(s, t, e, key, lim, blocks) ? e : overflowOf(t);
-        }
-        long o = overflowOf(t);
         if (t == s.overflowTable) {
-            return o;
+            return t + ((long) CAP << ENTRY);
         }
+        long k = U.getLong(e + KEY);
+        int site;
+        long o;
+        if (k == OVERFLOW_KEY) {
+            // A callsite past the slots (atFar): the caller wrote it.
+            site = s.far;
+            o = e;
+        } else {
+            site = (int) ((e - t) >>> ENTRY);
+            o = t + (U.getLong(e + SLOTS) << ENTRY);
+            if (k == 0) {
+                return claim(s, t, e, key(site, method), lim, blocks) ? e : o;
+            }
+        }
+        long key = key(site, method);
         long h = U.getLong(o + OTHERS);
         int hash = hash(key);
         if (h != 0) {
@@ -422,8 +414,10 @@ public final class Exact {
         U.putLongRelease(null, h + 8 + (i << 3), c);
     }
 
-    /** Makes the empty entry {@code e} of table {@code t} the context of {@code key}; false when the memory it
-     *  needs is not there. */
+    /** Makes the empty entry {@code e} of table {@code t} the context of {@code key}, with its own table of
+     *  {@code lim} slots (a method that calls: its calls find their callees there) or none ({@code lim} 0: the
+     *  table is {@link #MUTED}, which no call of a leaf method can reach); false when the memory its block
+     *  counters need is not there. Without memory for its table, what the context calls counts as overflow. */
     private static boolean claim(ExactState s, long t, long e, long key, int lim, int blocks) {
         long b = 0;
         if (blocks > 0) {
@@ -432,30 +426,43 @@ public final class Exact {
                 return false;
             }
         }
+        long kids = MUTED;
+        // No JDK calls here (Math would be rewritten, and call back into this): lim is 0..CAP by the rewrite.
+        int slots = lim < 0 ? 0 : lim > CAP ? CAP : lim;
+        if (slots > 0) {
+            kids = table(s, slots);
+            if (kids == 0) {
+                kids = s.overflowTable;
+                slots = 0;
+            }
+        }
         U.putLong(e + BLOCKS, b);
         U.putLong(e + PARENT, t);
-        // No JDK calls here (Math would be rewritten, and call back into this): lim is 1..CAP by the rewrite.
-        U.putInt(e + LIM, lim < 1 ? 1 : lim > CAP ? CAP : lim);
-        // No table yet (see the class comment).
-        U.putLong(e + KIDS, e + CALLS);
+        U.putInt(e + LIM, slots);
+        U.putLong(e + KIDS, kids);
         // The merge may read the entry while the thread runs: the key, last, publishes it.
         U.putLongRelease(null, e + KEY, key);
         return true;
     }
 
-    /** A new table of {@code lim} slots and its overflow entry in {@code s}'s arena; 0 when the memory is spent. */
+    /** A new table of {@code lim} slots (each knowing its table and the table's size, for the miss path) and
+     *  its overflow entry in {@code s}'s arena; 0 when the memory is spent. */
     private static long table(ExactState s, int lim) {
         long a = alloc(s, (long) (lim + 1) << ENTRY);
         if (a == 0) {
             return 0;
         }
-        long t = a | ((long) lim << 48);
-        long o = overflowOf(t);
-        U.putLong(o + PARENT, t);
-        U.putLong(o + KIDS, s.overflowTable != 0 ? s.overflowTable : t);
+        for (int i = 0; i < lim; i++) {
+            long e = a + ((long) i << ENTRY);
+            U.putLong(e + PARENT, a);
+            U.putLong(e + SLOTS, lim);
+        }
+        long o = a + ((long) lim << ENTRY);
+        U.putLong(o + PARENT, a);
+        U.putLong(o + KIDS, s.overflowTable != 0 ? s.overflowTable : a);
         U.putLong(o + BLOCKS, garbageBlocks);
         U.putLongRelease(null, o + KEY, OVERFLOW_KEY);
-        return t;
+        return a;
     }
 
     /** {@code bytes} (a multiple of 64) of zeroed, 64-byte aligned memory from {@code s}'s arena; 0 when the
@@ -527,9 +534,13 @@ public final class Exact {
         ExactState s = new ExactState(owner, id);
         s.session = session;
         // The overflow table first: every other table's overflow entry leads to it.
-        long ovf = table(s, 1);
+        // CAP slots that match no call, so that any callsite of any method may name one below an overflowing
+        // context; the miss path sends them all to the table's overflow entry.
+        long ovf = table(s, CAP);
         if (ovf != 0) {
-            U.putLong((ovf & ADDRESS) + KEY, NEVER);
+            for (int i = 0; i < CAP; i++) {
+                U.putLong(ovf + ((long) i << ENTRY) + KEY, NEVER);
+            }
             s.overflowTable = ovf;
         }
         long root = ovf == 0 ? 0 : table(s, 1);
@@ -569,10 +580,10 @@ public final class Exact {
         U.putLong(a, U.getLong(a) + 1);
     }
 
-    /** Before a return: callees of the caller hang below the caller's context again. The callsite is reset,
-     *  so code the JVM runs before the caller's next call (a class initializer, a native method's lookup,
-     *  a callback from native code) comes from no known callsite, whatever this method called last (a
-     *  method that is not rewritten leaves the callsite its caller wrote). */
+    /** Before a return: callees of the caller hang below the caller's context again, from no known callsite
+     *  (the site is reset), so code the JVM runs before the caller's next call (a class initializer, a native
+     *  method's lookup, a callback from native code) is not taken for a callee of the call this method was
+     *  (a method that is not rewritten leaves the site its caller wrote). */
     @ForceInline
     public static void exit(ExactState s, long c) {
         leave(s, c);
@@ -669,6 +680,7 @@ public final class Exact {
         if (s.muteNest++ == 0) {
             s.mutedCur = s.cur;
             s.mutedSite = s.site;
+            s.mutedFar = s.far;
             s.cur = MUTED;
         }
     }
@@ -683,10 +695,12 @@ public final class Exact {
     static void unmute(ExactState s) {
         // OFF stays muted (its mute above rewrites the same values: harmless).
         if (s != OFF && s.muteNest > 0 && --s.muteNest == 0) {
-            // Muted invocations moved nothing: the table of the code around the bracket.
+            // Muted invocations moved nothing: the table and site of the code around the bracket. What the
+            // muted calls wrote is no call of that code: a caller that is not rewritten would hand it to its
+            // next callee.
             s.cur = s.mutedCur;
-            // What the muted calls wrote (their callees counted nothing, so consumed nothing) is no call of
-            // the code around the bracket: a caller that is not rewritten would hand it to its next callee.
+            s.site = s.mutedSite;
+            s.far = s.mutedFar;
             s.site = s.mutedSite;
         }
     }
@@ -768,7 +782,8 @@ public final class Exact {
     /** Adds what {@code s} counted since its last merge to the agent's tree; {@code last}: the state is not
      *  merged again (its thread ended, or profiling stops). Caller holds LOCK. */
     private static void merge(ExactState s, boolean last) {
-        merge(s.rootTable, s.overflowTable, s.root, last);
+        // The agent names a table by its first entry's address with its number of slots in the top 16 bits.
+        merge(s.rootTable | (1L << 48), s.overflowTable | ((long) CAP << 48), s.root, last);
     }
 
     /** Called by the agent when a thread ends (on that thread): merges its tree, forgets its state and frees

@@ -7,7 +7,7 @@ package kprof.runtime;
  * tree through {@link #rootTable}), except {@link Exact#OFF}, a shared state whose values are never read.
  *
  * <p>The tree is native memory ({@link Exact} describes the layout): a context is a 64-byte entry in its
- * parent's table of children, found by the callsite the caller wrote ({@link #site}), so a call touches one
+ * parent's table of children, in the slot of the call's site, which the caller names ({@link #site}), so a call touches one
  * cache line of the tree and the garbage collector none. Data only: the logic is in {@link Exact} (this
  * class is compiled on its own, before the stub of java.lang.Thread that names it).
  */
@@ -17,19 +17,23 @@ public final class ExactState {
     /** The owning thread (null for {@link Exact#OFF}): with Thread fields, its {@code kprof$x} refers to this
      *  state while the state is in {@link Exact}'s table. */
     final Thread owner;
-    /** The callsite of the call being made: its number in the caller (1, 2, ... in code order), written by
-     *  the caller, read and reset by the callee; 0: unknown (a call from native code or the JVM). */
+    /** The table of children of the running invocation's context (the address of its slot 0). Never 0. */
+    public long cur;
+    /** The callsite of the call being made: its slot in {@link #cur} (1, 2, ... in code order), written by the
+     *  caller, read and reset by the callee; 0: unknown (a call from native code or the JVM). Always within the
+     *  table's slots and its overflow entry. */
     public int site;
-    /** {@link #cur} when the outermost {@link Exact#mute} bracket opened (calls made by an intrinsic candidate
-     *  count nothing: {@link #cur} is {@link Exact#MUTED} while they run), restored when it closes. */
+    /** The callsite of a call at a site past its method's table ({@link Exact#atFar}, which names the table's
+     *  overflow entry as its slot), read by the callee's miss path only then. */
+    public int far;
+    /** {@link #cur}, {@link #site} and {@link #far} when the outermost {@link Exact#mute} bracket opened (calls
+     *  made by an intrinsic candidate count nothing: {@link #cur} is {@link Exact#MUTED} while they run),
+     *  restored when it closes. */
     long mutedCur;
+    int mutedSite;
+    int mutedFar;
     /** Nesting of {@link Exact#mute} brackets. */
     int muteNest;
-    /** {@link #site} when the outermost mute bracket opened, restored when it closes. */
-    int mutedSite;
-    /** The table of children of the running invocation's context: the address of its first entry, with
-     *  its number of entries in the top 16 bits. Never 0. */
-    public long cur;
     /** The entry of the innermost native wrapper running on this thread, whose table {@link #cur} must be
      *  while its native code runs (0: none, or one that counts nothing). Set and reset by the wrappers
      *  ({@link Exact#nativeEnter}, {@link Exact#nativeLeave}); read when the native code clears an exception
