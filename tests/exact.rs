@@ -232,6 +232,37 @@ fn one_method_called_from_two_callsites_of_one_caller_gets_two_nodes() {
     });
 }
 
+/// A tree of 32,767 contexts (more tables than a merge goes through alone) is merged by several threads at
+/// once; every context must still be there once, with its count, with callsites and without (where several
+/// of a thread's contexts are one node of the agent's tree, which helpers may reach at the same time).
+#[test]
+fn a_wide_tree_merged_by_several_threads_keeps_every_context_and_count() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-wide-{}", jdk.label()));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for (name, opts) in [("sites", ""), ("off", "callsite=off")] {
+            let (_, p) = exact_counts(jdk, &dir, name, opts);
+            if cores > 1 {
+                assert!(p.meta.counters["merge_helpers"] > 0, "{}: {:?}", jdk.label(), p.meta.counters);
+            }
+            let wide = path(&["ExactCounts.main", "ExactCounts.wide"]);
+            let fans: Vec<Context> =
+                contexts(&p).into_iter().filter(|c| c.path.len() > 2 && c.path[..2] == wide[..]).collect();
+            for depth in 0..=14usize {
+                let at: Vec<&Context> = fans.iter().filter(|c| c.path.len() == 3 + depth).collect();
+                assert!(at.iter().all(|c| c.path[2..].iter().all(|f| f == "ExactCounts.fan")), "{}", jdk.label());
+                let calls: Vec<u64> = at.iter().map(|c| c.calls).collect();
+                if opts.is_empty() {
+                    assert_eq!(calls, vec![ROUNDS; 1 << depth], "{}: depth {depth}", jdk.label());
+                } else {
+                    assert_eq!(calls, vec![ROUNDS << depth], "{}: depth {depth}, callsites merged", jdk.label());
+                }
+            }
+            assert_eq!(fans.len(), if opts.is_empty() { (1 << 15) - 1 } else { 15 }, "{}", jdk.label());
+        }
+    });
+}
+
 /// A context's table has a slot per callsite of its method (up to 32): the other callees of a polymorphic
 /// callsite, and the callsites of a method with more, are found another way (the table's others). Every one
 /// must still be its own context with its own count.

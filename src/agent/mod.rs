@@ -780,6 +780,8 @@ impl Agent {
                     c.insert("calls".into(), st.calls.load(Ordering::Relaxed));
                     c.insert("bytecodes".into(), st.bytecodes.load(Ordering::Relaxed));
                     c.insert("tree_merges".into(), st.merges.load(Ordering::Relaxed));
+                    c.insert("merge_ms".into(), st.merge_ns.load(Ordering::Relaxed) / 1_000_000);
+                    c.insert("merge_helpers".into(), st.merge_helpers.load(Ordering::Relaxed));
                     c.insert("overflow_calls".into(), st.overflow_calls.load(Ordering::Relaxed));
                     c.insert("tree_bytes_peak".into(), st.mapped_peak.load(Ordering::Relaxed));
                     c.insert("bb".into(), o.bb as u64);
@@ -841,6 +843,11 @@ impl Agent {
             let contexts = profile.nodes.iter().filter(|n| n.calls > 0).count();
             print_summary(&profile.meta, job.interval_ns, contexts, &written, t0.elapsed());
         }
+        if self.dead.load(Ordering::Acquire) {
+            // The VM is exiting: freeing millions of nodes one by one only delays the exit.
+            std::mem::forget(profile);
+            std::mem::forget(snapshot);
+        }
         written
     }
 
@@ -897,7 +904,7 @@ fn print_summary(meta: &Meta, interval_ns: u64, contexts: usize, written: &[Stri
         let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
         let on_off = |k: &str| if c(k) != 0 { "on" } else { "off" };
         say(&format!(
-            "mode=exact bb={} natives={} calls={} bytecodes={} contexts={} classes_rewritten={} retransformed={} filtered={} failed={} methods_rewritten={} natives_wrapped={} left_alone={} ({}) overflow={} tree_mb={} write_ms={} files={}",
+            "mode=exact bb={} natives={} calls={} bytecodes={} contexts={} classes_rewritten={} retransformed={} filtered={} failed={} methods_rewritten={} natives_wrapped={} left_alone={} ({}) overflow={} tree_mb={} merge_ms={} write_ms={} files={}",
             on_off("bb"),
             on_off("natives"),
             c("calls"),
@@ -913,6 +920,7 @@ fn print_summary(meta: &Meta, interval_ns: u64, contexts: usize, written: &[Stri
             if reasons.is_empty() { "none".to_string() } else { reasons.join(",") },
             c("overflow_calls"),
             c("tree_bytes_peak").div_ceil(1 << 20),
+            c("merge_ms"),
             write_time.as_millis(),
             files
         ));

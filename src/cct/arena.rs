@@ -50,6 +50,26 @@ impl<T> Arena<T> {
         self.len * std::mem::size_of::<T>()
     }
 
+    /// Commits the pages of values `range` now, in one system call (Linux 5.14+; elsewhere nothing), rather
+    /// than by a page fault at each first touch: for a thread about to touch most of them in random order,
+    /// and alongside another doing the same, whose faults would contend with its own.
+    pub(super) fn populate(&self, range: std::ops::Range<usize>) {
+        /// `MADV_POPULATE_WRITE` (not in every libc release).
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        const PAGE: usize = 4096;
+        let size = std::mem::size_of::<T>();
+        let base = self.ptr.as_ptr() as usize;
+        let start = base + range.start.min(self.len) * size;
+        let end = base + range.end.min(self.len) * size;
+        // Whole pages inside the range: the pages at its ends may hold other values, which fault as usual.
+        let (start, end) = (start.next_multiple_of(PAGE), end & !(PAGE - 1));
+        if end > start {
+            // SAFETY: [start, end) lies inside this arena's allocation, which is readable and writable;
+            // populating for write faults pages in (zeroed where new) without changing any value.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_WRITE) };
+        }
+    }
+
     /// A hint to load value `i` into the cache; out-of-range indices are ignored.
     #[inline]
     pub(super) fn prefetch(&self, i: usize) {

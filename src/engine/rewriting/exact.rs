@@ -6,7 +6,7 @@
 //! keeps three counters per node.
 
 use super::{runtime_class, thread_root, RewritingEngine};
-use crate::cct::{NodeId, ROOT};
+use crate::cct::{NodeId, NodeReserve, ROOT};
 use crate::frame::{FrameId, Pseudo};
 use crate::jvmti::bindings::*;
 use crate::jvmti::{Jni, Jvmti};
@@ -31,6 +31,10 @@ pub struct ExactStore {
     pub bytecodes: AtomicU64,
     /// Merges of a thread's tree (one per thread end, one per live thread and write).
     pub merges: AtomicU64,
+    /// Time spent merging trees into the CCT, in nanoseconds (all merges of the session).
+    pub merge_ns: AtomicU64,
+    /// Helper threads started by merges of large trees.
+    pub merge_helpers: AtomicU64,
     /// Calls that found the CCT full (counted on the overflow node).
     pub overflow_calls: AtomicU64,
     /// Exceptions that native code caught (JNI `ExceptionClear`, `ExceptionDescribe`) while a wrapped native
@@ -46,7 +50,15 @@ impl ExactStore {
         self.bb.store(bb, Ordering::Release);
         self.blocks.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.merged.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        for c in [&self.calls, &self.bytecodes, &self.merges, &self.overflow_calls, &self.native_catches] {
+        for c in [
+            &self.calls,
+            &self.bytecodes,
+            &self.merges,
+            &self.merge_ns,
+            &self.merge_helpers,
+            &self.overflow_calls,
+            &self.native_catches,
+        ] {
             c.store(0, Ordering::Relaxed);
         }
         self.mapped_peak.store(self.mapped.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -428,10 +440,10 @@ pub(super) struct Merged {
     blocks: Vec<u64>,
 }
 
-/// What an entry counted since the tree's last merge (`merged`, taken out), given what it counts now; unless
-/// `last`, what it counts now is kept in `keep` for the next merge.
+/// What an entry counted since the tree's last merge (its counters then are in `merged`), given what it
+/// counts now; unless `last`, what it counts now is kept in `keep` for the next merge.
 fn difference(
-    merged: &mut HashMap<u64, Merged>,
+    merged: &HashMap<u64, Merged>,
     keep: &mut HashMap<u64, Merged>,
     last: bool,
     entry: u64,
@@ -439,8 +451,9 @@ fn difference(
     bytecodes: u64,
     blocks: Vec<u64>,
 ) -> (u64, u64, Vec<u64>) {
-    // A thread's first merge has nothing before (and hashing every entry for nothing took a while).
-    let before = if merged.is_empty() { Merged::default() } else { merged.remove(&entry).unwrap_or_default() };
+    // A tree's first merge has nothing before (and hashing every entry for nothing took a while).
+    let none = Merged::default();
+    let before = if merged.is_empty() { &none } else { merged.get(&entry).unwrap_or(&none) };
     let d_blocks =
         blocks.iter().enumerate().map(|(k, &c)| c.saturating_sub(before.blocks.get(k).copied().unwrap_or(0))).collect();
     let d = (calls.saturating_sub(before.calls), bytecodes.saturating_sub(before.bytecodes), d_blocks);
@@ -472,147 +485,180 @@ unsafe extern "C" fn merge(
     merge_tree(engine, tree, table as u64, overflow as u64, if root > 0 { root as NodeId } else { ROOT }, last != 0);
 }
 
-fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: u64, root: NodeId, last: bool) {
-    use tree::*;
-    let cct = engine.cct();
-    let store = &engine.exact;
-    let callsites = engine.callsites();
-    let bb = store.bb.load(Ordering::Acquire);
-    let mut merged_all = store.merged.lock().unwrap_or_else(|e| e.into_inner());
-    // The counters of the last merge, if the tree was merged before (dumps while the program runs).
-    let mut merged = merged_all.remove(&table).unwrap_or_default();
-    let mut keep: HashMap<u64, Merged> = HashMap::new();
-    let mut layouts: HashMap<u32, Option<Arc<MethodBlocks>>> = HashMap::new();
-    let mut new_blocks: Vec<(NodeId, Vec<u64>)> = Vec::new();
-    let (mut total_calls, mut total_bytecodes, mut overflow_calls) = (0u64, 0u64, 0u64);
-    let mut overflow_counts = (0u64, 0u64);
-    // (table, its context's CCT node, its context's method): iterative, as recursion can be deep.
-    let mut work: Vec<(u64, NodeId, Option<u32>)> = vec![(table, root, None)];
-    let mut entries = vec![];
-    while let Some((t, parent, parent_method)) = work.pop() {
-        let base = t & ADDRESS;
-        entries.clear();
-        // The slots, the overflow entry after them, and the others.
-        let lim = t >> 48;
-        entries.extend((0..=lim).map(|slot| base + slot * ENTRY));
-        let others = tree.word(base + lim * ENTRY + OTHERS);
-        if others != 0 {
-            let capacity = tree.word(others);
-            entries.extend((0..capacity).map(|i| tree.word(others + 8 + 8 * i)).filter(|&e| e != 0));
+/// A table of a tree still to merge: (table, its context's CCT node, its context's method).
+type TableWork = (u64, NodeId, Option<u32>);
+
+/// What one merge reads, shared by its workers.
+struct MergeInput<'a> {
+    engine: &'a RewritingEngine,
+    tree: tree::Tree,
+    bb: bool,
+    callsites: bool,
+    last: bool,
+    /// Each entry's counters at the tree's last merge (empty at its first).
+    merged: &'a HashMap<u64, Merged>,
+}
+
+/// What one worker of a merge added to the CCT, and kept for the next difference.
+#[derive(Default)]
+struct MergeOutput {
+    calls: u64,
+    bytecodes: u64,
+    overflow_calls: u64,
+    /// Counts of tables' overflow entries (what ran below an overflowing invocation): one node, at the end.
+    overflow_counts: (u64, u64),
+    keep: HashMap<u64, Merged>,
+    new_blocks: Vec<(NodeId, Vec<u64>)>,
+}
+
+impl MergeOutput {
+    fn absorb(&mut self, other: MergeOutput) {
+        self.calls += other.calls;
+        self.bytecodes += other.bytecodes;
+        self.overflow_calls += other.overflow_calls;
+        self.overflow_counts.0 += other.overflow_counts.0;
+        self.overflow_counts.1 += other.overflow_counts.1;
+        self.keep.extend(other.keep);
+        self.new_blocks.extend(other.new_blocks);
+    }
+}
+
+/// One worker's cache of method block layouts, by method id (the method table takes a lock per lookup).
+#[derive(Default)]
+struct Layouts(Vec<Option<Option<Arc<MethodBlocks>>>>);
+
+/// What a merge worker reuses from table to table.
+#[derive(Default)]
+struct Scratch {
+    layouts: Layouts,
+    /// The entries of the table at hand.
+    entries: Vec<u64>,
+    /// CCT nodes taken for this worker's insertions.
+    reserve: NodeReserve,
+}
+
+impl Layouts {
+    fn get(&mut self, engine: &RewritingEngine, method: u32) -> Option<Arc<MethodBlocks>> {
+        let i = method as usize;
+        if i >= self.0.len() {
+            self.0.resize(i + 1, None);
         }
-        let parent_layout =
-            parent_method.and_then(|m| layouts.entry(m).or_insert_with(|| engine.methods.blocks(m)).clone());
-        // The CCT key of a context new to the CCT: its method, and its callsite's bci in the parent.
-        let key_of = |key: u64| {
-            let site = (key >> 32) as u32;
-            let bci = match &parent_layout {
-                Some(layout) if callsites => layout.site_bci(site),
-                _ => -1,
-            };
-            (FrameId::method((key & !USED) as u32), bci)
-        };
-        if parent != cct.overflow() {
-            for &e in &entries {
-                let key = tree.word(e + KEY);
-                if key != 0 && key != NEVER && key != OVERFLOW_KEY && tree.cct(e) == 0 {
-                    let (frame, bci) = key_of(key);
-                    cct.prefetch_child(parent, frame, bci);
-                }
+        self.0[i].get_or_insert_with(|| engine.methods.blocks(method)).clone()
+    }
+}
+
+/// Tables that one merge's workers share: a worker takes from here when its own are done, and gives half
+/// of its own when another waits. Done when every worker waits and nothing is left.
+struct WorkPool {
+    state: Mutex<PoolState>,
+    more: std::sync::Condvar,
+    /// Workers waiting for tables (read without the lock by workers deciding whether to give).
+    hungry: std::sync::atomic::AtomicUsize,
+}
+
+struct PoolState {
+    tables: Vec<TableWork>,
+    workers: usize,
+    waiting: usize,
+    done: bool,
+}
+
+impl WorkPool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next table for a worker whose own are done; `None` once every worker's are.
+    fn take(&self) -> Option<TableWork> {
+        let mut state = self.lock();
+        loop {
+            if let Some(w) = state.tables.pop() {
+                return Some(w);
             }
-        }
-        for &e in &entries {
-            let key = tree.word(e + KEY);
-            if key == 0 || key == NEVER {
-                continue;
+            if state.done {
+                return None;
             }
-            let (calls, bytecodes) = (tree.word(e + CALLS), tree.word(e + BYTECODES));
-            if key == OVERFLOW_KEY {
-                // Every table has one; most never count. Their counts all go to one node, below.
-                if calls > 0 || bytecodes > 0 {
-                    let (d_calls, d_bytecodes, _) =
-                        difference(&mut merged, &mut keep, last, e, calls, bytecodes, vec![]);
-                    overflow_counts.0 += d_calls;
-                    overflow_counts.1 += d_bytecodes;
-                }
-                continue;
+            state.waiting += 1;
+            if state.waiting == state.workers {
+                state.done = true;
+                self.more.notify_all();
+                return None;
             }
-            let method = (key & !USED) as u32;
-            let node = match tree.cct(e) {
-                0 => {
-                    let node = if parent == cct.overflow() {
-                        cct.overflow()
-                    } else {
-                        let (frame, bci) = key_of(key);
-                        cct.child(parent, frame, bci).unwrap_or(cct.overflow())
-                    };
-                    tree.set_cct(e, node);
-                    node
-                }
-                n => n,
-            };
-            // No table of its own (a leaf method's context, or one whose calls count as overflow): size 0.
-            let kids = tree.word(e + KIDS);
-            let slots = tree.slots(e);
-            if slots != 0 && kids & !ADDRESS == 0 {
-                work.push((kids | slots << 48, node, Some(method)));
-            }
-            let layout = layouts.entry(method).or_insert_with(|| engine.methods.blocks(method)).clone();
-            let blocks_at = tree.word(e + BLOCKS);
-            let counters: Vec<u64> = match &layout {
-                Some(layout) if bb && blocks_at != 0 => {
-                    (0..layout.spans.len() as u64).map(|k| tree.word(blocks_at + 8 * k)).collect()
-                }
-                _ => Vec::new(),
-            };
-            let (d_calls, d_bytecodes, d_blocks) =
-                difference(&mut merged, &mut keep, last, e, calls, bytecodes, counters);
-            let weight = match layout {
-                Some(layout) if bb => {
-                    let (weight, blocks) = block_counts(&layout, d_calls, &d_blocks);
-                    if blocks.iter().any(|&b| b > 0) {
-                        new_blocks.push((node, blocks));
-                    }
-                    weight
-                }
-                Some(layout) => d_bytecodes + d_calls * first_block_bytecodes(&layout),
-                None => d_bytecodes,
-            };
-            if d_calls == 0 && weight == 0 {
-                continue;
-            }
-            cct.add_calls(node, d_calls, weight);
-            total_calls += d_calls;
-            total_bytecodes += weight;
-            if node == cct.overflow() {
-                overflow_calls += d_calls;
-            }
+            self.hungry.fetch_add(1, Ordering::Relaxed);
+            state = self.more.wait(state).unwrap_or_else(|e| e.into_inner());
+            self.hungry.fetch_sub(1, Ordering::Relaxed);
+            state.waiting -= 1;
         }
     }
+
+    /// Gives the older half of a worker's tables (nearest the root: the largest subtrees) to those waiting.
+    fn give(&self, own: &mut Vec<TableWork>) {
+        let half = own.len() / 2;
+        let mut state = self.lock();
+        state.tables.extend(own.drain(..half));
+        self.more.notify_all();
+    }
+}
+
+/// Tables a merge goes through alone before it starts helpers: most trees (threads that ran briefly) are
+/// done by then, and a helper thread would cost more than it saves.
+const SOLO_TABLES: usize = 4096;
+
+/// Helper threads at most for one merge (memory-bound work: a few cores are enough).
+const MAX_HELPERS: usize = 3;
+
+fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: u64, root: NodeId, last: bool) {
+    use tree::*;
+    let started = std::time::Instant::now();
+    let cct = engine.cct();
+    let store = &engine.exact;
+    let mut merged_all = store.merged.lock().unwrap_or_else(|e| e.into_inner());
+    // The counters of the last merge, if the tree was merged before (dumps while the program runs).
+    let merged = merged_all.remove(&table).unwrap_or_default();
+    let input = MergeInput {
+        engine,
+        tree,
+        bb: store.bb.load(Ordering::Acquire),
+        callsites: engine.callsites(),
+        last,
+        merged: &merged,
+    };
+    let mut out = MergeOutput::default();
+    let mut own: Vec<TableWork> = vec![(table, root, None)];
+    let mut scratch = Scratch::default();
+    for _ in 0..SOLO_TABLES {
+        let Some(work) = own.pop() else { break };
+        merge_table(&input, work, &mut own, &mut out, &mut scratch);
+    }
+    if !own.is_empty() {
+        scratch = merge_shared(&input, own, &mut out, scratch);
+    }
+    cct.release(scratch.reserve);
     // What ran below overflowing invocations: the overflow table's own overflow entry.
     let e = (overflow & ADDRESS) + (overflow >> 48) * ENTRY;
     if overflow != 0 && tree.word(e + KEY) == OVERFLOW_KEY {
         let (calls, bytecodes) = (tree.word(e + CALLS), tree.word(e + BYTECODES));
         if calls > 0 || bytecodes > 0 {
-            let (d_calls, d_bytecodes, _) = difference(&mut merged, &mut keep, last, e, calls, bytecodes, vec![]);
-            overflow_counts.0 += d_calls;
-            overflow_counts.1 += d_bytecodes;
+            let (d_calls, d_bytecodes, _) = difference(&merged, &mut out.keep, last, e, calls, bytecodes, vec![]);
+            out.overflow_counts.0 += d_calls;
+            out.overflow_counts.1 += d_bytecodes;
         }
     }
-    if overflow_counts != (0, 0) {
+    if out.overflow_counts != (0, 0) {
         // Below the thread's root (threads=on), else the CCT's own overflow node.
         let node = cct.child(root, FrameId::pseudo(Pseudo::Overflow), -1).unwrap_or(cct.overflow());
-        cct.add_calls(node, overflow_counts.0, overflow_counts.1);
-        total_calls += overflow_counts.0;
-        total_bytecodes += overflow_counts.1;
-        overflow_calls += overflow_counts.0;
+        cct.add_calls(node, out.overflow_counts.0, out.overflow_counts.1);
+        out.calls += out.overflow_counts.0;
+        out.bytecodes += out.overflow_counts.1;
+        out.overflow_calls += out.overflow_counts.0;
     }
     if !last {
-        merged_all.insert(table, keep);
+        merged_all.insert(table, out.keep);
     }
     drop(merged_all);
-    if !new_blocks.is_empty() {
+    if !out.new_blocks.is_empty() {
         let mut all = store.blocks.lock().unwrap_or_else(|e| e.into_inner());
-        for (node, blocks) in new_blocks {
+        for (node, blocks) in out.new_blocks {
             let have = all.entry(node).or_default();
             if have.len() < blocks.len() {
                 have.resize(blocks.len(), 0);
@@ -622,10 +668,176 @@ fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: 
             }
         }
     }
-    store.calls.fetch_add(total_calls, Ordering::Relaxed);
-    store.bytecodes.fetch_add(total_bytecodes, Ordering::Relaxed);
-    store.overflow_calls.fetch_add(overflow_calls, Ordering::Relaxed);
+    store.calls.fetch_add(out.calls, Ordering::Relaxed);
+    store.bytecodes.fetch_add(out.bytecodes, Ordering::Relaxed);
+    store.overflow_calls.fetch_add(out.overflow_calls, Ordering::Relaxed);
     store.merges.fetch_add(1, Ordering::Relaxed);
+    store.merge_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// The rest of a large tree's merge, on this thread and helpers (the work is bound by the latency of
+/// memory, each context an insertion at a random place of the CCT's hash table, so more cores overlap
+/// more of it; at the program's exit the others are idle). Without helpers, this thread does it alone.
+fn merge_shared(input: &MergeInput, own: Vec<TableWork>, out: &mut MergeOutput, scratch: Scratch) -> Scratch {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let helpers = cores.saturating_sub(1).min(MAX_HELPERS);
+    let pool = WorkPool {
+        state: Mutex::new(PoolState { tables: Vec::new(), workers: 1, waiting: 0, done: false }),
+        more: std::sync::Condvar::new(),
+        hungry: std::sync::atomic::AtomicUsize::new(0),
+    };
+    input.engine.cct().populate_table();
+    let work = |own: Vec<TableWork>, out: &mut MergeOutput, mut scratch: Scratch| {
+        let mut own = own;
+
+        while let Some(w) = own.pop().or_else(|| pool.take()) {
+            merge_table(input, w, &mut own, out, &mut scratch);
+            if own.len() >= 2 && pool.hungry.load(Ordering::Relaxed) > 0 {
+                pool.give(&mut own);
+            }
+        }
+        scratch
+    };
+    std::thread::scope(|scope| {
+        let mut running = Vec::new();
+        for _ in 0..helpers {
+            // Counted before it starts, so that no worker finds everyone waiting while one is on its way.
+            pool.lock().workers += 1;
+            let helper = std::thread::Builder::new().name("kprof-merge".into()).spawn_scoped(scope, || {
+                let mut helped = MergeOutput::default();
+                let scratch = work(Vec::new(), &mut helped, Scratch::default());
+                input.engine.cct().release(scratch.reserve);
+                helped
+            });
+            match helper {
+                Ok(h) => {
+                    input.engine.exact.merge_helpers.fetch_add(1, Ordering::Relaxed);
+                    running.push(h)
+                }
+                Err(_) => {
+                    pool.lock().workers -= 1;
+                    break;
+                }
+            }
+        }
+        let scratch = work(own, out, scratch);
+        for h in running {
+            // A helper that panicked leaves its part of the counts out; the program goes on.
+            if let Ok(helped) = h.join() {
+                out.absorb(helped);
+            }
+        }
+        scratch
+    })
+}
+
+/// Merges one table of a tree: each of its contexts into the CCT below `parent`, and queues the contexts'
+/// own tables in `own`.
+fn merge_table(
+    input: &MergeInput,
+    (t, parent, parent_method): TableWork,
+    own: &mut Vec<TableWork>,
+    out: &mut MergeOutput,
+    scratch: &mut Scratch,
+) {
+    use tree::*;
+    let Scratch { layouts, entries, reserve } = scratch;
+    let MergeInput { engine, tree, bb, callsites, last, merged } = *input;
+    let cct = engine.cct();
+    let base = t & ADDRESS;
+    entries.clear();
+    // The slots, the overflow entry after them, and the others.
+    let lim = t >> 48;
+    entries.extend((0..=lim).map(|slot| base + slot * ENTRY));
+    let others = tree.word(base + lim * ENTRY + OTHERS);
+    if others != 0 {
+        let capacity = tree.word(others);
+        entries.extend((0..capacity).map(|i| tree.word(others + 8 + 8 * i)).filter(|&e| e != 0));
+    }
+    let parent_layout = parent_method.and_then(|m| layouts.get(engine, m));
+    // The CCT key of a context new to the CCT: its method, and its callsite's bci in the parent.
+    let key_of = |key: u64| {
+        let site = (key >> 32) as u32;
+        let bci = match &parent_layout {
+            Some(layout) if callsites => layout.site_bci(site),
+            _ => -1,
+        };
+        (FrameId::method((key & !USED) as u32), bci)
+    };
+    if parent != cct.overflow() {
+        for &e in entries.iter() {
+            let key = tree.word(e + KEY);
+            if key != 0 && key != NEVER && key != OVERFLOW_KEY && tree.cct(e) == 0 {
+                let (frame, bci) = key_of(key);
+                cct.prefetch_child(parent, frame, bci);
+            }
+        }
+    }
+    for &e in entries.iter() {
+        let key = tree.word(e + KEY);
+        if key == 0 || key == NEVER {
+            continue;
+        }
+        let (calls, bytecodes) = (tree.word(e + CALLS), tree.word(e + BYTECODES));
+        if key == OVERFLOW_KEY {
+            // Every table has one; most never count. Their counts all go to one node, at the end.
+            if calls > 0 || bytecodes > 0 {
+                let (d_calls, d_bytecodes, _) = difference(merged, &mut out.keep, last, e, calls, bytecodes, vec![]);
+                out.overflow_counts.0 += d_calls;
+                out.overflow_counts.1 += d_bytecodes;
+            }
+            continue;
+        }
+        let method = (key & !USED) as u32;
+        let node = match tree.cct(e) {
+            0 => {
+                let node = if parent == cct.overflow() {
+                    cct.overflow()
+                } else {
+                    let (frame, bci) = key_of(key);
+                    cct.child_reserved(parent, frame, bci, reserve).unwrap_or(cct.overflow())
+                };
+                tree.set_cct(e, node);
+                node
+            }
+            n => n,
+        };
+        // No table of its own (a leaf method's context, or one whose calls count as overflow): size 0.
+        let kids = tree.word(e + KIDS);
+        let slots = tree.slots(e);
+        if slots != 0 && kids & !ADDRESS == 0 {
+            own.push((kids | slots << 48, node, Some(method)));
+        }
+        let layout = layouts.get(engine, method);
+        let blocks_at = tree.word(e + BLOCKS);
+        let counters: Vec<u64> = match &layout {
+            Some(layout) if bb && blocks_at != 0 => {
+                (0..layout.spans.len() as u64).map(|k| tree.word(blocks_at + 8 * k)).collect()
+            }
+            _ => Vec::new(),
+        };
+        let (d_calls, d_bytecodes, d_blocks) = difference(merged, &mut out.keep, last, e, calls, bytecodes, counters);
+        let weight = match layout {
+            Some(layout) if bb => {
+                let (weight, blocks) = block_counts(&layout, d_calls, &d_blocks);
+                if blocks.iter().any(|&b| b > 0) {
+                    out.new_blocks.push((node, blocks));
+                }
+                weight
+            }
+            Some(layout) => d_bytecodes + d_calls * first_block_bytecodes(&layout),
+            None => d_bytecodes,
+        };
+        if d_calls == 0 && weight == 0 {
+            continue;
+        }
+        cct.add_calls(node, d_calls, weight);
+        out.calls += d_calls;
+        out.bytecodes += weight;
+        if node == cct.overflow() {
+            out.overflow_calls += d_calls;
+        }
+    }
 }
 
 #[cfg(test)]

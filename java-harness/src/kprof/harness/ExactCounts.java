@@ -28,6 +28,10 @@ package kprof.harness;
  *       times: twelve contexts at that callsite, R×(k+1) calls each.
  *   <li>{@code manySites}: forty callsites in one method call {@code target}, the i-th of them i + 1 times:
  *       forty contexts, R×(i+1) calls each (more callsites than a context's table has slots).
+ *   <li>{@code wide}: {@code fan(14)} calls {@code fan(n - 1)} from two callsites down to {@code fan(0)}: a
+ *       complete binary tree of contexts, 2^k of {@code fan} at depth k (32,767 in all), R calls each (one
+ *       context of R×2^k calls per depth when callsites are merged). Large enough that the agent merges it
+ *       on several threads.
  * </ul>
  *
  * Prints {@code exactcounts: rounds=R checksum=C}.
@@ -412,6 +416,21 @@ public final class ExactCounts {
         return s;
     }
 
+    static final int WIDE_DEPTH = 14;
+
+    static int fan(int n) {
+        if (n == 0) {
+            return 1;
+        }
+        int left = fan(n - 1);
+        int right = fan(n - 1);
+        return left + right;
+    }
+
+    static int wide() {
+        return fan(WIDE_DEPTH);
+    }
+
     public static void main(String[] args) throws InterruptedException {
         int rounds = args.length > 0 ? Integer.parseInt(args[0]) : 10;
         long checksum = 0;
@@ -426,6 +445,7 @@ public final class ExactCounts {
             checksum = checksum * 31 + linking();
             checksum = checksum * 31 + polymorphic();
             checksum = checksum * 31 + manySites();
+            checksum = checksum * 31 + wide();
         }
         sink = checksum;
         System.out.println("exactcounts: rounds=" + rounds + " checksum=" + checksum);
