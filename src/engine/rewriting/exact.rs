@@ -336,7 +336,7 @@ mod tree {
     }
 }
 
-/// Chunks of this size are mapped 2 MiB-aligned and advised onto transparent huge pages; smaller ones (a
+/// Chunks of this size are mapped 2 MiB-aligned (see [`map`]); smaller ones (a
 /// thread's first, which most threads never outgrow) come from the allocator, so that thousands of threads
 /// do not take thousands of mappings (the kernel allows some 65,000 per process).
 const HUGE_PAGE: usize = 2 << 20;
@@ -344,9 +344,10 @@ const HUGE_PAGE: usize = 2 << 20;
 const LINE: usize = 64;
 
 /// `Exact.map(long bytes)`: zeroed memory for a thread's tree (a chunk of its arena), 0 when there is none.
-/// Chunks of a huge page or more are mapped aligned to one and advised onto transparent huge pages (where
-/// the system's setting is `madvise`), since a call touches an entry somewhere in a tree of hundreds of
-/// megabytes, and on small pages that is a TLB miss more often than not.
+/// Chunks of a huge page or more are mapped aligned to one, so that a system whose transparent huge pages
+/// are `always` on can back them with huge pages; they are not advised onto them (`MADV_HUGEPAGE`): where
+/// the setting is `madvise`, each 2 MiB fault then zeroes, and may first compact, a huge page, and that cost
+/// more than the TLB misses it saved (clojure 3–8 %, xalan 2 % slower; docs/BENCHMARKS.md).
 ///
 /// # Safety
 /// Called by the JVM as a registered native method.
@@ -375,8 +376,7 @@ unsafe extern "C" fn map(_env: *mut JNIEnv, _class: jclass, bytes: jlong) -> jlo
     start as jlong
 }
 
-/// `bytes` (a huge page or more) of anonymous memory (zeroed) aligned to a huge page and advised onto them;
-/// 0 when there is none.
+/// `bytes` (a huge page or more) of anonymous memory (zeroed) aligned to a huge page; 0 when there is none.
 fn map_huge(bytes: usize) -> usize {
     let reserve = bytes + HUGE_PAGE;
     // SAFETY: a new private anonymous mapping; no existing memory is touched.
@@ -404,8 +404,6 @@ fn map_huge(bytes: usize) -> usize {
         if tail > 0 {
             libc::munmap((aligned + bytes) as *mut c_void, tail);
         }
-        // Advice only: where huge pages are off or unavailable, small pages serve.
-        libc::madvise(aligned as *mut c_void, bytes, libc::MADV_HUGEPAGE);
     }
     aligned
 }
@@ -482,7 +480,9 @@ unsafe extern "C" fn merge(
     let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == Mode::Exact) else { return };
     // SAFETY: Exact calls this under its lock with the tables of a tree it has not freed.
     let tree = unsafe { tree::Tree::new() };
-    merge_tree(engine, tree, table as u64, overflow as u64, if root > 0 { root as NodeId } else { ROOT }, last != 0);
+    let root = if root > 0 { root as NodeId } else { ROOT };
+    // A panic must not unwind into the JVM: the merge is left incomplete and reported.
+    crate::agent::guard((), || merge_tree(engine, tree, table as u64, overflow as u64, root, last != 0));
 }
 
 /// A table of a tree still to merge: (table, its context's CCT node, its context's method).
@@ -591,6 +591,16 @@ impl WorkPool {
         }
     }
 
+    /// A worker stops for good (at the end, or when it panicked): the others no longer wait for it.
+    fn leave(&self) {
+        let mut state = self.lock();
+        state.workers -= 1;
+        if state.waiting == state.workers {
+            state.done = true;
+        }
+        self.more.notify_all();
+    }
+
     /// Gives the older half of a worker's tables (nearest the root: the largest subtrees) to those waiting.
     fn give(&self, own: &mut Vec<TableWork>) {
         let half = own.len() / 2;
@@ -687,9 +697,15 @@ fn merge_shared(input: &MergeInput, own: Vec<TableWork>, out: &mut MergeOutput, 
         hungry: std::sync::atomic::AtomicUsize::new(0),
     };
     input.engine.cct().populate_table();
-    let work = |own: Vec<TableWork>, out: &mut MergeOutput, mut scratch: Scratch| {
-        let mut own = own;
-
+    /// Makes a worker leave the pool however it stops, unwinding included, so that no other waits forever.
+    struct Leaving<'a>(&'a WorkPool);
+    impl Drop for Leaving<'_> {
+        fn drop(&mut self) {
+            self.0.leave();
+        }
+    }
+    let work = |mut own: Vec<TableWork>, out: &mut MergeOutput, mut scratch: Scratch| {
+        let _leaving = Leaving(&pool);
         while let Some(w) = own.pop().or_else(|| pool.take()) {
             merge_table(input, w, &mut own, out, &mut scratch);
             if own.len() >= 2 && pool.hungry.load(Ordering::Relaxed) > 0 {
@@ -722,7 +738,7 @@ fn merge_shared(input: &MergeInput, own: Vec<TableWork>, out: &mut MergeOutput, 
         }
         let scratch = work(own, out, scratch);
         for h in running {
-            // A helper that panicked leaves its part of the counts out; the program goes on.
+            // A helper that panicked (it left the pool) leaves its part of the counts out; the program goes on.
             if let Ok(helped) = h.join() {
                 out.absorb(helped);
             }

@@ -133,9 +133,8 @@ public final class Exact {
     /** Key of the slots of the shared muted table and of a thread's overflow table: matches no call, so every
      *  call there takes the miss path. */
     static final long NEVER = -1L;
-    /** Arena chunks: the first of a thread, and the largest but for a table that needs more (one huge page:
-     *  the agent maps chunks of that size on huge pages where the system allows, as a deep tree spread
-     *  over small pages costs a TLB miss on most calls). */
+    /** Arena chunks: the first of a thread, and the largest but for a table that needs more (one huge page;
+     *  the agent maps chunks of that size aligned to one). */
     private static final long MIN_CHUNK = 16 << 10;
     private static final long MAX_CHUNK = 2 << 20;
 
@@ -879,8 +878,8 @@ public final class Exact {
         }
     }
 
-    /** {@code bytes} (a multiple of 64) of zeroed native memory, 64-byte aligned (2 MiB-aligned, on huge pages
-     *  where the system allows, when that large), from the agent; 0 when the system has none. */
+    /** {@code bytes} (a multiple of 64) of zeroed native memory, 64-byte aligned (2 MiB-aligned when that
+     *  large), from the agent; 0 when the system has none. */
     private static native long map(long bytes);
 
     /** Returns what {@link #map} gave. */
