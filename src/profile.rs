@@ -329,15 +329,36 @@ impl Profile {
 
     /// [`Profile::totals`] of samples, weight and calls, in one walk of the tree.
     pub fn all_totals(&self) -> [Vec<u64>; 3] {
-        self.totals_of([Metric::Samples, Metric::Weight, Metric::Calls])
+        self.all_totals_given(&self.parents())
+    }
+
+    /// [`Profile::all_totals`] for a caller that already has [`Profile::parents`].
+    pub fn all_totals_given(&self, parents: &[u32]) -> [Vec<u64>; 3] {
+        self.totals_given([Metric::Samples, Metric::Weight, Metric::Calls], parents)
     }
 
     /// [`Profile::totals`] of each of `metrics`, in one walk of the tree.
     fn totals_of<const N: usize>(&self, metrics: [Metric; N]) -> [Vec<u64>; N] {
+        self.totals_given(metrics, &self.parents())
+    }
+
+    fn totals_given<const N: usize>(&self, metrics: [Metric; N], parents: &[u32]) -> [Vec<u64>; N] {
         let mut totals = metrics.map(|m| (0..self.nodes.len() as u32).map(|i| self.value(i, m)).collect::<Vec<u64>>());
+        // The agent numbers every child after its parent: then one backward sweep over the parent array
+        // adds each node into its parent. Following each node's children instead took a quarter of a
+        // second on an exact profile of 4 million contexts (a cache miss per child list).
+        if parents.iter().enumerate().skip(1).all(|(i, &p)| (p as usize) < i) {
+            for t in &mut totals {
+                for i in (1..t.len()).rev() {
+                    let p = parents[i] as usize;
+                    t[p] = t[p].saturating_add(t[i]);
+                }
+            }
+            return totals;
+        }
         for i in self.post_order() {
             for t in &mut totals {
-                let sum: u64 = self.nodes[i as usize].children.iter().map(|&c| t[c as usize]).sum();
+                let sum = self.nodes[i as usize].children.iter().fold(0u64, |s, &c| s.saturating_add(t[c as usize]));
                 t[i as usize] = t[i as usize].saturating_add(sum);
             }
         }

@@ -819,33 +819,60 @@ impl Agent {
         let _g = lock(&self.write_lock);
         let t0 = Instant::now();
         let snapshot = self.cct.snapshot();
+        if job.summary && self.dead.load(Ordering::Acquire) {
+            // The VM's exit: the tree is not needed any more, and what the write allocates next (the
+            // file's page cache above all) takes its pages back (see `Cct::discard`).
+            self.cct.discard();
+        }
         let names = lock(&self.thread_names).clone();
         let exact_blocks = job.meta.mode == "exact" && job.meta.counters.get("bb").is_some_and(|&b| b != 0);
-        let mut profile = {
-            let mut resolver = lock(&self.resolver);
-            let methods = RewritingEngine::get().map(|e| &*e.methods);
-            resolver.profile(&snapshot, job.meta, &NameSources { jvmti: self.jvmti, jni, threads: &names, methods })
-        };
-        if exact_blocks {
-            if let Some(e) = RewritingEngine::get() {
-                attach_blocks(&mut profile, &snapshot, e);
-            }
-        }
+        let methods = RewritingEngine::get().map(|e| &*e.methods);
+        let sources = NameSources { jvmti: self.jvmti, jni, threads: &names, methods };
         let mut written = Vec::new();
-        for f in &job.files {
-            let path = expand_path(&f.path, std::process::id(), job.start_secs, job.number);
-            match output::write_profile(std::path::Path::new(&path), &profile, f.format, job.metric) {
-                Ok(abs) => written.push(abs.display().to_string()),
-                Err(e) => say(&format!("cannot write {path}: {e}")),
+        // JSON alone (what exact profiles of millions of contexts are written as) is written from the
+        // snapshot itself; other formats and block counts need the profile.
+        let json_only = !exact_blocks && job.files.iter().all(|f| f.format == output::Format::Json);
+        let tree = if json_only { lock(&self.resolver).resolved_snapshot(&snapshot, &sources) } else { None };
+        if let Some(tree) = tree {
+            let [samples, weight, calls] = tree.totals();
+            for f in &job.files {
+                let path = expand_path(&f.path, std::process::id(), job.start_secs, job.number);
+                let result = output::write_atomic_with(std::path::Path::new(&path), |out| {
+                    output::json::write_tree_to(&job.meta, &tree.frames, &tree, [&samples, &weight, &calls], out)
+                });
+                match result {
+                    Ok(abs) => written.push(abs.display().to_string()),
+                    Err(e) => say(&format!("cannot write {path}: {e}")),
+                }
+            }
+            if self.dead.load(Ordering::Acquire) {
+                // The VM is exiting: freeing millions of entries only delays the exit.
+                std::mem::forget(tree);
+                std::mem::forget([samples, weight, calls]);
+            }
+        } else {
+            let mut profile = lock(&self.resolver).profile(&snapshot, job.meta.clone(), &sources);
+            if exact_blocks {
+                if let Some(e) = RewritingEngine::get() {
+                    attach_blocks(&mut profile, &snapshot, e);
+                }
+            }
+            for f in &job.files {
+                let path = expand_path(&f.path, std::process::id(), job.start_secs, job.number);
+                match output::write_profile(std::path::Path::new(&path), &profile, f.format, job.metric) {
+                    Ok(abs) => written.push(abs.display().to_string()),
+                    Err(e) => say(&format!("cannot write {path}: {e}")),
+                }
+            }
+            if self.dead.load(Ordering::Acquire) {
+                std::mem::forget(profile);
             }
         }
         if job.summary {
-            let contexts = profile.nodes.iter().filter(|n| n.calls > 0).count();
-            print_summary(&profile.meta, job.interval_ns, contexts, &written, t0.elapsed());
+            let contexts = snapshot.iter().filter(|n| n.calls > 0).count();
+            print_summary(&job.meta, job.interval_ns, contexts, &written, t0.elapsed());
         }
         if self.dead.load(Ordering::Acquire) {
-            // The VM is exiting: freeing millions of nodes one by one only delays the exit.
-            std::mem::forget(profile);
             std::mem::forget(snapshot);
         }
         written

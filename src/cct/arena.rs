@@ -70,6 +70,23 @@ impl<T> Arena<T> {
         }
     }
 
+    /// Gives the arena's whole pages back to the kernel: each value in them reads as zero afterwards
+    /// (a valid value: `T` is [`Zeroable`]), and touching it again takes a fresh page.
+    pub(super) fn discard(&self)
+    where
+        T: Zeroable,
+    {
+        const PAGE: usize = 4096;
+        let base = self.ptr.as_ptr() as usize;
+        let (start, end) = (base.next_multiple_of(PAGE), (base + self.bytes()) & !(PAGE - 1));
+        if end > start {
+            // SAFETY: [start, end) lies inside this arena's allocation and stays mapped; MADV_DONTNEED on
+            // private anonymous memory only replaces its contents with zeros, a valid value of every `T`
+            // here, which concurrent readers see as they would a store of zero to each atomic.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        }
+    }
+
     /// A hint to load value `i` into the cache; out-of-range indices are ignored.
     #[inline]
     pub(super) fn prefetch(&self, i: usize) {

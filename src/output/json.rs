@@ -114,7 +114,23 @@ pub fn render(profile: &Profile) -> Vec<u8> {
 /// as text. Nodes are formatted by hand (their fields are numbers), which takes a fraction of what
 /// serde's per-node serialization did on such trees; the golden test pins the format.
 pub fn write_to(profile: &Profile, out: &mut dyn Write) -> std::io::Result<()> {
-    let meta = &profile.meta;
+    let parents = profile.parents();
+    let [samples, weight, calls] = profile.all_totals_given(&parents);
+    let nodes = ProfileNodes { profile, parents: &parents };
+    write_tree_to(&profile.meta, &profile.frames, &nodes, [&samples, &weight, &calls], out)
+}
+
+/// Writes a `kprof-cct` document of `nodes` (numbered as [`Profile::nodes`] would be, every child after
+/// its parent or not), whose inclusive totals are `totals` (samples, weight, calls, indexed by node).
+/// [`write_to`] is this for a [`Profile`]; the agent writes its tree's snapshot through it without making
+/// a [`Profile`] of millions of nodes first.
+pub fn write_tree_to<N: NodeLines>(
+    meta: &Meta,
+    frames: &[Frame],
+    nodes: &N,
+    totals: [&[u64]; 3],
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
     let meta_json = MetaJson {
         mode: meta.mode.clone(),
         weight_unit: meta.weight_unit.as_str().to_string(),
@@ -126,13 +142,14 @@ pub fn write_to(profile: &Profile, out: &mut dyn Write) -> std::io::Result<()> {
         duration_ns: meta.duration_ns,
         counters: meta.counters.clone(),
     };
-    let [samples, weight, calls] = profile.all_totals();
+    let [samples, weight, calls] = totals;
+    let root = |t: &[u64]| t.first().copied().unwrap_or(0);
     write!(out, "{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\n\"meta\":")?;
     write(out, &meta_json)?;
     out.write_all(b",\n\"totals\":")?;
-    write(out, &TotalsJson { samples: samples[0], weight: weight[0], calls: calls[0] })?;
+    write(out, &TotalsJson { samples: root(samples), weight: root(weight), calls: root(calls) })?;
     out.write_all(b",\n\"frames\":[")?;
-    for (i, f) in profile.frames.iter().enumerate() {
+    for (i, f) in frames.iter().enumerate() {
         out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
         let frame = FrameJson {
             kind: f.kind.as_str().to_string(),
@@ -144,46 +161,95 @@ pub fn write_to(profile: &Profile, out: &mut dyn Write) -> std::io::Result<()> {
         write(out, &frame)?;
     }
     out.write_all(b"],\n\"nodes\":[")?;
-    let parents = profile.parents();
-    let text = NodeText { profile, parents: &parents, samples: &samples, weight: &weight, calls: &calls };
+    let text = NodeText { nodes, samples, weight, calls };
     write_nodes(&text, out)?;
     out.write_all(b"]}\n")
+}
+
+/// One node's line as the JSON writer reads it.
+pub struct NodeLine<'a> {
+    pub frame: u32,
+    pub callsite: i32,
+    /// -1 for the root.
+    pub parent: i64,
+    pub samples: u64,
+    pub weight: u64,
+    pub calls: u64,
+    pub blocks: &'a [BlockCount],
+    pub children: Children<'a>,
+}
+
+/// A node's children: listed, or (in a snapshot of the agent's tree) a run of consecutive numbers.
+pub enum Children<'a> {
+    Listed(&'a [u32]),
+    Run(std::ops::Range<u32>),
+}
+
+/// A tree the JSON writer can write: nodes numbered from 0 (the root), read from several threads.
+pub trait NodeLines: Sync {
+    /// How many nodes there are (the root is node 0).
+    fn count(&self) -> usize;
+    fn line(&self, i: usize) -> NodeLine<'_>;
+}
+
+/// A [`Profile`]'s nodes, with their parents from [`Profile::parents`].
+struct ProfileNodes<'a> {
+    profile: &'a Profile,
+    parents: &'a [u32],
+}
+
+impl NodeLines for ProfileNodes<'_> {
+    fn count(&self) -> usize {
+        self.profile.nodes.len()
+    }
+
+    fn line(&self, i: usize) -> NodeLine<'_> {
+        let n = &self.profile.nodes[i];
+        NodeLine {
+            frame: n.frame,
+            callsite: n.callsite,
+            parent: if i == 0 { -1 } else { self.parents[i] as i64 },
+            samples: n.samples,
+            weight: n.weight,
+            calls: n.calls,
+            blocks: &n.blocks,
+            children: Children::Listed(&n.children),
+        }
+    }
 }
 
 /// Nodes one worker formats at a time: text of a few MB, written in node order.
 const CHUNK_NODES: usize = 1 << 14;
 /// Profiles with fewer nodes are formatted on the calling thread alone.
 const PARALLEL_NODES: usize = 1 << 16;
-/// Most threads that format nodes, the calling thread included.
+/// Most threads that format nodes.
 const MAX_FORMATTERS: usize = 4;
 
-/// What one node's line is made of: the profile, each node's parent and its inclusive totals.
-struct NodeText<'a> {
-    profile: &'a Profile,
-    parents: &'a [u32],
+/// What one node's line is made of: the node and its inclusive totals.
+struct NodeText<'a, N> {
+    nodes: &'a N,
     samples: &'a [u64],
     weight: &'a [u64],
     calls: &'a [u64],
 }
 
-impl NodeText<'_> {
+impl<N: NodeLines> NodeText<'_, N> {
     fn chunks(&self) -> usize {
-        self.profile.nodes.len().div_ceil(CHUNK_NODES)
+        self.nodes.count().div_ceil(CHUNK_NODES)
     }
 
     /// Appends the lines of the nodes of chunk `chunk` to `line`.
     fn format_chunk(&self, chunk: usize, line: &mut Vec<u8>) {
-        let nodes = &self.profile.nodes;
         let first = chunk * CHUNK_NODES;
         let mut num = itoa::Buffer::new();
-        let last = nodes.len().min(first + CHUNK_NODES);
-        for (i, n) in nodes.iter().enumerate().take(last).skip(first) {
+        let last = self.nodes.count().min(first + CHUNK_NODES);
+        for i in first..last {
+            let n = self.nodes.line(i);
             line.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
-            let parent = if i == 0 { -1 } else { self.parents[i] as i64 };
             line.extend_from_slice(b"{\"id\":");
             line.extend_from_slice(num.format(i).as_bytes());
             line.extend_from_slice(b",\"parent\":");
-            line.extend_from_slice(num.format(parent).as_bytes());
+            line.extend_from_slice(num.format(n.parent).as_bytes());
             line.extend_from_slice(b",\"frame\":");
             line.extend_from_slice(num.format(n.frame).as_bytes());
             line.extend_from_slice(b",\"callsite\":");
@@ -214,50 +280,60 @@ impl NodeText<'_> {
                 line.push(b']');
             }
             line.extend_from_slice(b",\"children\":[");
-            for (k, &c) in n.children.iter().enumerate() {
+            let mut child = |k: usize, c: u32| {
                 if k > 0 {
                     line.push(b',');
                 }
                 line.extend_from_slice(num.format(c).as_bytes());
+            };
+            match n.children {
+                Children::Listed(list) => list.iter().enumerate().for_each(|(k, &c)| child(k, c)),
+                Children::Run(run) => run.enumerate().for_each(|(k, c)| child(k, c)),
             }
             line.extend_from_slice(b"]}");
         }
     }
 }
 
-/// Writes every node's line, in node order. A large tree is formatted by several threads, chunk `c` by
-/// formatter `c % n` (the calling thread is formatter 0 and writes everything): an exact profile of
-/// millions of contexts is written when the JVM exits, which waits for it, while the application's own
-/// threads have stopped and the cores are free. Each helper reuses the buffers the writer hands back, so
-/// the text is never held whole and fresh memory is touched only for the first few chunks.
-fn write_nodes(text: &NodeText<'_>, out: &mut dyn Write) -> std::io::Result<()> {
-    let formatters = if text.profile.nodes.len() < PARALLEL_NODES {
-        1
+/// Writes every node's line, in node order. A large tree is formatted by helper threads, one per core,
+/// chunk `c` by helper `c % n`, while the calling thread only writes: an exact profile of millions of
+/// contexts is written when the JVM exits, which waits for it, and the application's own threads have
+/// stopped, so the cores are free; copying the text into the page cache is the longest part, and it
+/// takes one thread. Each helper reuses the buffers the writer hands back, so the text is never held
+/// whole and fresh memory is touched only for the first few chunks.
+fn write_nodes<N: NodeLines>(text: &NodeText<'_, N>, out: &mut dyn Write) -> std::io::Result<()> {
+    let formatters = if text.nodes.count() < PARALLEL_NODES {
+        0
     } else {
         std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_FORMATTERS)
     };
     write_nodes_with(text, out, formatters)
 }
 
-/// [`write_nodes`] with `formatters` threads (the calling one included).
-fn write_nodes_with(text: &NodeText<'_>, out: &mut dyn Write, formatters: usize) -> std::io::Result<()> {
+/// [`write_nodes`] with `formatters` helper threads (none: the calling thread formats too).
+fn write_nodes_with<N: NodeLines>(
+    text: &NodeText<'_, N>,
+    out: &mut dyn Write,
+    formatters: usize,
+) -> std::io::Result<()> {
     let chunks = text.chunks();
     let formatters = formatters.min(chunks);
-    let mut own = Vec::with_capacity(CHUNK_NODES * 192);
-    // Chunk `c` formatted by this thread and written.
-    let mut write_own = |c: usize, out: &mut dyn Write| {
-        own.clear();
-        text.format_chunk(c, &mut own);
-        out.write_all(&own)
+    let format_here = |out: &mut dyn Write| {
+        let mut line = Vec::with_capacity(CHUNK_NODES * 192);
+        (0..chunks).try_for_each(|c| {
+            line.clear();
+            text.format_chunk(c, &mut line);
+            out.write_all(&line)
+        })
     };
-    if formatters <= 1 {
-        return (0..chunks).try_for_each(|c| write_own(c, out));
+    if formatters == 0 {
+        return format_here(out);
     }
     std::thread::scope(|scope| {
         // Helper h formats chunks h, h + n, ...; it sends each chunk's text on `texts` and takes the next
         // buffer from `spares` (two in flight per helper).
-        let mut helpers = Vec::with_capacity(formatters - 1);
-        for h in 1..formatters {
+        let mut helpers = Vec::with_capacity(formatters);
+        for h in 0..formatters {
             let (text_tx, texts) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
             let (spare_tx, spares) = std::sync::mpsc::channel::<Vec<u8>>();
             let spawned = std::thread::Builder::new().name("kprof-json".into()).spawn_scoped(scope, move || {
@@ -277,22 +353,17 @@ fn write_nodes_with(text: &NodeText<'_>, out: &mut dyn Write, formatters: usize)
             }
             helpers.push((texts, spare_tx));
         }
-        if helpers.len() + 1 < formatters {
+        if helpers.len() < formatters {
             // No thread for every formatter: the helpers started stop at their first send (the receivers
             // go with `helpers`), and this thread formats everything.
             drop(helpers);
-            return (0..chunks).try_for_each(|c| write_own(c, out));
+            return format_here(out);
         }
         for c in 0..chunks {
-            let h = c % formatters;
-            if h == 0 {
-                write_own(c, out)?;
-            } else {
-                let (texts, spare_tx) = &helpers[h - 1];
-                let buf = texts.recv().map_err(|_| std::io::Error::other("a JSON formatter thread failed"))?;
-                out.write_all(&buf)?;
-                let _ = spare_tx.send(buf);
-            }
+            let (texts, spare_tx) = &helpers[c % formatters];
+            let buf = texts.recv().map_err(|_| std::io::Error::other("a JSON formatter thread failed"))?;
+            out.write_all(&buf)?;
+            let _ = spare_tx.send(buf);
         }
         Ok(())
     })
@@ -557,10 +628,11 @@ mod tests {
         let [samples, weight, calls] = p.all_totals();
         assert_eq!(calls[0], (1..count as u64).sum::<u64>());
         let parents = p.parents();
-        let text = NodeText { profile: &p, parents: &parents, samples: &samples, weight: &weight, calls: &calls };
+        let nodes = ProfileNodes { profile: &p, parents: &parents };
+        let text = NodeText { nodes: &nodes, samples: &samples, weight: &weight, calls: &calls };
         let mut one = Vec::new();
-        write_nodes_with(&text, &mut one, 1).unwrap();
-        for formatters in [2, 3, 4, 8] {
+        write_nodes_with(&text, &mut one, 0).unwrap();
+        for formatters in [1, 2, 3, 4, 8] {
             let mut many = Vec::new();
             write_nodes_with(&text, &mut many, formatters).unwrap();
             assert!(one == many, "{formatters} formatters wrote other text");
@@ -594,7 +666,8 @@ mod tests {
         }
         let [samples, weight, calls] = p.all_totals();
         let parents = p.parents();
-        let text = NodeText { profile: &p, parents: &parents, samples: &samples, weight: &weight, calls: &calls };
+        let nodes = ProfileNodes { profile: &p, parents: &parents };
+        let text = NodeText { nodes: &nodes, samples: &samples, weight: &weight, calls: &calls };
         let err = write_nodes_with(&text, &mut Full(3 << 20), 3).unwrap_err();
         assert_eq!(err.to_string(), "disk full");
     }
