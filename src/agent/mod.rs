@@ -828,44 +828,38 @@ impl Agent {
         let exact_blocks = job.meta.mode == "exact" && job.meta.counters.get("bb").is_some_and(|&b| b != 0);
         let methods = RewritingEngine::get().map(|e| &*e.methods);
         let sources = NameSources { jvmti: self.jvmti, jni, threads: &names, methods };
-        let mut written = Vec::new();
         // JSON alone (what exact profiles of millions of contexts are written as) is written from the
         // snapshot itself; other formats and block counts need the profile.
         let json_only = !exact_blocks && job.files.iter().all(|f| f.format == output::Format::Json);
         let tree = if json_only { lock(&self.resolver).resolved_snapshot(&snapshot, &sources) } else { None };
-        if let Some(tree) = tree {
-            let [samples, weight, calls] = tree.totals();
-            for f in &job.files {
-                let path = expand_path(&f.path, std::process::id(), job.start_secs, job.number);
-                let result = output::write_atomic_with(std::path::Path::new(&path), |out| {
-                    output::json::write_tree_to(&job.meta, &tree.frames, &tree, [&samples, &weight, &calls], out)
-                });
-                match result {
-                    Ok(abs) => written.push(abs.display().to_string()),
-                    Err(e) => say(&format!("cannot write {path}: {e}")),
+        let resolved = match tree {
+            Some(tree) => {
+                let totals = tree.totals();
+                Resolved::Tree(tree, totals)
+            }
+            None => {
+                let mut profile = lock(&self.resolver).profile(&snapshot, job.meta.clone(), &sources);
+                if exact_blocks {
+                    if let Some(e) = RewritingEngine::get() {
+                        attach_blocks(&mut profile, &snapshot, e);
+                    }
                 }
+                Resolved::Profile(profile)
             }
-            if self.dead.load(Ordering::Acquire) {
-                // The VM is exiting: freeing millions of entries only delays the exit.
-                std::mem::forget(tree);
-                std::mem::forget([samples, weight, calls]);
-            }
-        } else {
-            let mut profile = lock(&self.resolver).profile(&snapshot, job.meta.clone(), &sources);
-            if exact_blocks {
-                if let Some(e) = RewritingEngine::get() {
-                    attach_blocks(&mut profile, &snapshot, e);
-                }
-            }
-            for f in &job.files {
-                let path = expand_path(&f.path, std::process::id(), job.start_secs, job.number);
-                match output::write_profile(std::path::Path::new(&path), &profile, f.format, job.metric) {
-                    Ok(abs) => written.push(abs.display().to_string()),
-                    Err(e) => say(&format!("cannot write {path}: {e}")),
-                }
-            }
-            if self.dead.load(Ordering::Acquire) {
-                std::mem::forget(profile);
+        };
+        let mut written = Vec::new();
+        for f in &job.files {
+            let path = expand_path(&f.path, std::process::id(), job.start_secs, job.number);
+            let target = std::path::Path::new(&path);
+            let result = match &resolved {
+                Resolved::Tree(tree, [samples, weight, calls]) => output::write_atomic_with(target, |out| {
+                    output::json::write_tree_to(&job.meta, &tree.frames, tree, [samples, weight, calls], out)
+                }),
+                Resolved::Profile(profile) => output::write_profile(target, profile, f.format, job.metric),
+            };
+            match result {
+                Ok(abs) => written.push(abs.display().to_string()),
+                Err(e) => say(&format!("cannot write {path}: {e}")),
             }
         }
         if job.summary {
@@ -873,6 +867,8 @@ impl Agent {
             print_summary(&job.meta, job.interval_ns, contexts, &written, t0.elapsed());
         }
         if self.dead.load(Ordering::Acquire) {
+            // The VM is exiting: freeing millions of nodes one by one only delays the exit.
+            std::mem::forget(resolved);
             std::mem::forget(snapshot);
         }
         written
@@ -888,6 +884,12 @@ impl Agent {
             let _ = self.stop_session(Some(jni), false);
         }
     }
+}
+
+/// A snapshot made ready to write: named as it is, with its inclusive totals (JSON), or as a profile.
+enum Resolved<'a> {
+    Tree(resolve::ResolvedSnapshot<'a>, [Vec<u64>; 3]),
+    Profile(crate::profile::Profile),
 }
 
 /// Exact mode, `bb=on`: each context's block counts with the blocks' bytecode ranges. The profile's nodes
