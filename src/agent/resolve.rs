@@ -9,7 +9,7 @@ use crate::cct::SnapNode;
 use crate::frame::{FrameId, FrameRef, Pseudo};
 use crate::jvmti::{Jni, Jvmti};
 use crate::output::json::{Children, NodeLine, NodeLines};
-use crate::profile::{Frame, FrameInterner, FrameKind, Meta, Node, Profile};
+use crate::profile::{add_into_parents, Frame, FrameInterner, FrameKind, Meta, Node, Profile};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -128,7 +128,7 @@ impl Resolver {
     /// and thousands of frames: cloning and hashing a name per node took seconds), and each node's
     /// index into them.
     fn frames_of(&mut self, snap: &[SnapNode], src: &NameSources) -> (Vec<Frame>, Vec<u32>) {
-        let mut named = Profile { meta: Meta::default(), frames: Vec::new(), nodes: Vec::new() };
+        let mut frames = Vec::new();
         let mut interner = FrameInterner::default();
         let mut interned: HashMap<FrameId, u32, BuildHasherDefault<FrameIdHasher>> = HashMap::default();
         let frame_of = snap
@@ -136,13 +136,13 @@ impl Resolver {
             .map(|n| match interned.get(&n.frame) {
                 Some(&f) => f,
                 None => {
-                    let f = interner.intern(&mut named, self.frame(n.frame, src));
+                    let f = interner.intern(&mut frames, self.frame(n.frame, src));
                     interned.insert(n.frame, f);
                     f
                 }
             })
             .collect();
-        (named.frames, frame_of)
+        (frames, frame_of)
     }
 }
 
@@ -159,16 +159,12 @@ impl ResolvedSnapshot<'_> {
     /// Inclusive samples, weight and calls of every node: one backward sweep, each node added into its
     /// parent (which comes before it).
     pub fn totals(&self) -> [Vec<u64>; 3] {
-        let mut samples: Vec<u64> = self.snap.iter().map(|n| n.samples).collect();
-        let mut weight: Vec<u64> = self.snap.iter().map(|n| n.weight).collect();
-        let mut calls: Vec<u64> = self.snap.iter().map(|n| n.calls).collect();
-        for (i, n) in self.snap.iter().enumerate().skip(1).rev() {
-            let p = n.parent as usize;
-            samples[p] = samples[p].saturating_add(samples[i]);
-            weight[p] = weight[p].saturating_add(weight[i]);
-            calls[p] = calls[p].saturating_add(calls[i]);
-        }
-        [samples, weight, calls]
+        let own: [fn(&SnapNode) -> u64; 3] = [|n| n.samples, |n| n.weight, |n| n.calls];
+        own.map(|value| {
+            let mut totals: Vec<u64> = self.snap.iter().map(value).collect();
+            add_into_parents(&mut totals, |i| self.snap[i].parent as usize);
+            totals
+        })
     }
 }
 
@@ -284,8 +280,9 @@ mod tests {
         // Siblings apart, or a child before its parent: not a snapshot this writer takes.
         let mut apart = snap.clone();
         let last = apart.len() - 1;
+        assert_ne!(snap[last].parent, 0, "the last node is deep in the tree, not one of the root's children");
         apart[last].parent = 0;
-        assert!(resolver.resolved_snapshot(&apart, &src).is_none() || snap[last].parent == 0);
+        assert!(resolver.resolved_snapshot(&apart, &src).is_none());
         let mut backwards = snap.clone();
         backwards[1].parent = 2;
         assert!(resolver.resolved_snapshot(&backwards, &src).is_none());
