@@ -395,14 +395,28 @@ fn near_budget_class(jdk: &Jdk, dir: &Path, sizes: &[usize]) {
         src.push_str(&format!("            s = s * 7 + m{k}_{len}(r);\n"));
     }
     src.push_str("        }\n        System.out.println(\"nearbudget: \" + s);\n    }\n}\n");
-    std::fs::write(dir.join("NearBudget.java"), src).unwrap();
-    let status = Command::new(jdk.home.join("bin/javac"))
-        .args(["--release", "17", "-d"])
+    compile_into(jdk, dir, "NearBudget", &src);
+}
+
+/// Writes `src` as class `name`'s source into `dir` and compiles it there with `jdk`'s javac.
+fn compile_into(jdk: &Jdk, dir: &Path, name: &str, src: &str) {
+    let file = dir.join(format!("{name}.java"));
+    std::fs::write(&file, src).unwrap();
+    let status = Command::new(jdk.home.join("bin/javac")).args(["--release", "17", "-d"]).arg(dir).arg(&file).status();
+    assert!(status.unwrap().success(), "javac {name}");
+}
+
+/// Runs class `main` of `dir` with the verifier flags and mode=bytecode with `opts`, profile to `file`.
+fn run_generated(jdk: &Jdk, dir: &Path, main: &str, opts: &str, file: &Path) -> Run {
+    let mut cmd = Command::new(jdk.java());
+    cmd.args(VERIFY)
+        .arg(format!("-agentpath:{}=mode=bytecode,{opts},file={}", agent_lib().display(), file.display()))
+        .arg("-cp")
         .arg(dir)
-        .arg(dir.join("NearBudget.java"))
-        .status()
-        .unwrap();
-    assert!(status.success());
+        .arg(main);
+    let run = run_with_timeout(cmd, Duration::from_secs(120));
+    run.assert_ok();
+    run
 }
 
 #[test]
@@ -449,18 +463,7 @@ fn methods_near_the_8000_byte_limit_are_rewritten_or_left_alone_and_counted() {
         let base = run_with_timeout(cmd, Duration::from_secs(120));
         base.assert_ok();
         let file = dir.join(format!("nb-{}.collapsed", jdk.label()));
-        let mut cmd = Command::new(jdk.java());
-        cmd.args(VERIFY)
-            .arg(format!(
-                "-agentpath:{}=mode=bytecode,include=NearBudget,gran=1000,file={}",
-                agent_lib().display(),
-                file.display()
-            ))
-            .arg("-cp")
-            .arg(&dir)
-            .arg("NearBudget");
-        let run = run_with_timeout(cmd, Duration::from_secs(120));
-        run.assert_ok();
+        let run = run_generated(jdk, &dir, "NearBudget", "include=NearBudget,gran=1000", &file);
         assert_eq!(run.stdout, base.stdout, "{}: output changed", jdk.label());
         let s = run.summary();
         assert_eq!(s["left_alone"], left.len().to_string(), "{}: {s:?}", jdk.label());
@@ -643,5 +646,60 @@ fn handlers_that_cover_themselves_stay_compilable_by_c1() {
                 assert!(run.stdout.lines().any(|l| l.contains(m)), "{} {mode}: {m} never compiled", jdk.label());
             }
         }
+    });
+}
+
+/// `lines` straight-line statements of 6 bytecodes each.
+fn straight_lines(src: &mut String, lines: usize) {
+    for i in 0..lines {
+        src.push_str(&format!("        x = x * 31 + {};\n", 1000 + i));
+    }
+}
+
+#[test]
+fn samples_split_between_caller_callee_and_leaf_as_their_bytecodes() {
+    // leaf: 32 bytecodes; mid: ten times 30 bytecodes and a call of leaf; caller: the same calling mid. A
+    // call every 33 bytecodes puts one in every MaxPath stretch, so the periods run out at checks before
+    // calls, at leaf returns and at the exits of mid and caller, with the counts of every frame committed
+    // in between: recorded in the context each ran out in, caller, mid and leaf take their shares of the
+    // bytecodes by construction (332, 3,320 and 3,200 of every 6,852).
+    let jdk0 = &jdks()[0];
+    let dir = scratch("bc-split");
+    let mut src = String::from("public final class CallSplit {\n    static int leaf(int x) {\n");
+    straight_lines(&mut src, 5);
+    src.push_str("        return x;\n    }\n");
+    for (name, callee) in [("mid", "leaf"), ("caller", "mid")] {
+        src.push_str(&format!("    static int {name}(int x) {{\n"));
+        for _ in 0..10 {
+            straight_lines(&mut src, 5);
+            src.push_str(&format!("        x = {callee}(x);\n"));
+        }
+        src.push_str("        return x;\n    }\n");
+    }
+    src.push_str("    public static void main(String[] args) {\n        int s = 0;\n");
+    src.push_str("        for (int i = 0; i < 100000; i++) {\n            s += caller(i);\n        }\n");
+    src.push_str("        System.out.println(\"split: \" + s);\n    }\n}\n");
+    compile_into(jdk0, &dir, "CallSplit", &src);
+    for_each_jdk(|jdk| {
+        let file = dir.join(format!("split-{}.collapsed", jdk.label()));
+        run_generated(jdk, &dir, "CallSplit", "include=CallSplit", &file);
+        let stacks = read_collapsed(&file);
+        let leaf_is = |name: &str| {
+            let frame = format!("CallSplit.{name}(");
+            count_where(&stacks, |s| s.last().is_some_and(|f| f.starts_with(&frame))) as f64
+        };
+        let (caller, mid, leaf) = (leaf_is("caller"), leaf_is("mid"), leaf_is("leaf"));
+        let total = caller + mid + leaf;
+        assert!(total > 60_000.0, "{}: {total} samples", jdk.label());
+        for (name, n, bytecodes) in [("caller", caller, 332.0), ("mid", mid, 3320.0), ("leaf", leaf, 3200.0)] {
+            let share = bytecodes / 6852.0;
+            assert!((n / total - share).abs() < 0.01, "{}: {name} has {n} of {total} samples", jdk.label());
+        }
+        // Every sample sits in its own context, below its callers.
+        let nested = count_where(&stacks, |s| {
+            let names: Vec<&str> = s.iter().filter(|f| f.starts_with("CallSplit.")).map(|f| short(f)).collect();
+            ["CallSplit.main", "CallSplit.caller", "CallSplit.mid", "CallSplit.leaf"].starts_with(&names)
+        });
+        assert_eq!(nested as f64, total + leaf_is("main"), "{}: samples outside main;caller;mid;leaf", jdk.label());
     });
 }
