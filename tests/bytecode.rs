@@ -377,6 +377,13 @@ fn virtual_threads_have_a_reified_stack_each() {
     }
 }
 
+/// `lines` statements `x = x * 31 + C;` (C from 1000 up: sipush), each 6 bytecodes in 9 bytes.
+fn straight_lines(src: &mut String, lines: usize) {
+    for i in 0..lines {
+        src.push_str(&format!("        x = x * 31 + {};\n", 1000 + i));
+    }
+}
+
 /// A class of methods whose code is `len` bytes for each `len` in `sizes` (straight-line arithmetic),
 /// plus a main that calls each of them; compiled with `jdk`'s javac into `dir`.
 fn near_budget_class(jdk: &Jdk, dir: &Path, sizes: &[usize]) {
@@ -384,9 +391,7 @@ fn near_budget_class(jdk: &Jdk, dir: &Path, sizes: &[usize]) {
     for (k, &len) in sizes.iter().enumerate() {
         // `x = x * 31 + C;` is iload_0 bipush imul sipush iadd istore_0: 9 bytes; iload_0 ireturn: 2 more.
         src.push_str(&format!("    static int m{k}_{len}(int x) {{\n"));
-        for i in 0..(len - 2) / 9 {
-            src.push_str(&format!("        x = x * 31 + {};\n", 1000 + i % 20000));
-        }
+        straight_lines(&mut src, (len - 2) / 9);
         src.push_str("        return x;\n    }\n");
     }
     src.push_str("    public static void main(String[] args) {\n        int s = 0;\n");
@@ -647,13 +652,6 @@ fn handlers_that_cover_themselves_stay_compilable_by_c1() {
             }
         }
     });
-}
-
-/// `lines` straight-line statements of 6 bytecodes each.
-fn straight_lines(src: &mut String, lines: usize) {
-    for i in 0..lines {
-        src.push_str(&format!("        x = x * 31 + {};\n", 1000 + i));
-    }
 }
 
 #[test]
