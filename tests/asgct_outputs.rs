@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use kprof::profile::Metric;
+use kprof_profile::Metric;
 
 #[test]
 fn every_format_of_a_real_profile_reads_back_with_the_expected_frames() {
@@ -48,11 +48,11 @@ fn every_format_of_a_real_profile_reads_back_with_the_expected_frames() {
         assert!((share_a - 50.0).abs() < 2.0, "{}: pprof share of methodA {share_a:.1}%", jdk.label());
 
         // JSON and collapsed: kprof's readers; the same profile, so they overlap completely.
-        let json = kprof::output::read_profile(&files[2]).unwrap();
-        let collapsed = kprof::output::read_profile(&files[3]).unwrap();
+        let json = kprof_profile::output::read_profile(&files[2]).unwrap();
+        let collapsed = kprof_profile::output::read_profile(&files[3]).unwrap();
         assert_eq!(json.meta.mode, "asgct");
         assert_eq!(json.meta.timer, "perf");
-        let overlap = kprof::output::compare::overlap_percent(&json, &collapsed, Metric::Samples, false);
+        let overlap = kprof_profile::output::compare::overlap_percent(&json, &collapsed, Metric::Samples, false);
         assert!((overlap - 100.0).abs() < 1e-9, "{}: json vs collapsed overlap {overlap}", jdk.label());
 
         // Text report: the hprof-style table names the methods.

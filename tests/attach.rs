@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use kprof::output::read_profile;
-use kprof::profile::{Metric, Profile, WeightUnit};
+use kprof_profile::output::read_profile;
+use kprof_profile::{Metric, Profile, WeightUnit};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -6,9 +6,9 @@
 mod common;
 
 use common::*;
-use kprof::output::compare::{compare_with, CompareOptions};
-use kprof::output::read_profile;
-use kprof::profile::{Metric, Profile};
+use kprof_profile::output::compare::{compare_with, CompareOptions};
+use kprof_profile::output::read_profile;
+use kprof_profile::{Metric, Profile};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -426,10 +426,10 @@ fn run_generated(jdk: &Jdk, dir: &Path, main: &str, opts: &str, file: &Path) -> 
 
 #[test]
 fn methods_near_the_8000_byte_limit_are_rewritten_or_left_alone_and_counted() {
-    use kprof::classfile::{ClassFile, EditLimits};
-    use kprof::rewrite::bytecode::{BytecodeConfig, BytecodeTransform};
-    use kprof::rewrite::methods::MethodTable;
-    use kprof::rewrite::{RewriteStats, Rewriter, SkipPolicy};
+    use kprof_classfile::transform::bytecode::{BytecodeConfig, BytecodeTransform};
+    use kprof_classfile::transform::methods::MethodTable;
+    use kprof_classfile::transform::{RewriteStats, Rewriter, SkipPolicy};
+    use kprof_classfile::{ClassFile, EditLimits};
     let sizes = [4000, 6000, 7000, 7200, 7400, 7700, 7900, 7990];
     let jdk0 = &jdks()[0];
     let dir = scratch("bc-budget");

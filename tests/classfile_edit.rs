@@ -6,14 +6,14 @@
 mod classfile_common;
 
 use classfile_common::*;
-use kprof::classfile::blocks::{basic_blocks, BlockRule};
-use kprof::classfile::code::Instructions;
-use kprof::classfile::edit::{CodeEditor, EditError, EditLimits, MethodContext, Refusal};
-use kprof::classfile::opcodes::{GOTO, NEW, NOP, RETURN};
-use kprof::classfile::stackmap::StackMap;
-use kprof::classfile::{add_fields, write_class, ClassFile, MethodEdit, NewField, Snippet, VType};
-use kprof::rewrite::probe::ProbeTransform;
-use kprof::rewrite::{Mode, RewriteStats, Rewriter, SkipPolicy};
+use kprof_classfile::blocks::{basic_blocks, BlockRule};
+use kprof_classfile::code::Instructions;
+use kprof_classfile::edit::{CodeEditor, EditError, EditLimits, MethodContext, Refusal};
+use kprof_classfile::opcodes::{GOTO, NEW, NOP, RETURN};
+use kprof_classfile::stackmap::StackMap;
+use kprof_classfile::transform::probe::ProbeTransform;
+use kprof_classfile::transform::{Mode, RewriteStats, Rewriter, SkipPolicy};
+use kprof_classfile::{add_fields, write_class, ClassFile, MethodEdit, NewField, Snippet, VType};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -80,11 +80,13 @@ fn probe_rewritten_sample_runs_the_same() {
         assert_eq!(stats.methods_rewritten, stats.methods_with_code());
         let dir = scratch(&format!("probe-sample-{rule:?}-{max_path}"));
         write_classes(&dir, &rewritten);
-        kprof::cli::rewrite::extract_runtime(&dir).unwrap();
+        let jar = dir.join("kprof-runtime.jar");
+        std::fs::write(&jar, kprof_runtime::RUNTIME_JAR).unwrap();
+        let classpath = format!("{}:{}", dir.display(), jar.display());
         for home in jdks() {
             let (expected, _) = run_sample(&home, harness_classes(), &[]);
             assert!(!expected.is_empty());
-            let (got, err) = run_sample(&home, dir.to_str().unwrap(), &["-Xlog:class+load=info"]);
+            let (got, err) = run_sample(&home, &classpath, &["-Xlog:class+load=info"]);
             assert!(got.contains("kprof.runtime.Probe"), "the probe helper was never loaded: {got}\n{err}");
             let got: String = got.lines().filter(|l| !l.starts_with('[')).map(|l| format!("{l}\n")).collect();
             assert_eq!(got, expected, "{rule:?}/{max_path} on {}: {err}", home.display());
@@ -135,7 +137,7 @@ fn added_fields_are_there_and_the_class_runs_the_same() {
 /// Rewrites every method of `data` through `edit` and writes the class.
 fn edit_class(
     data: &[u8],
-    mut edit: impl FnMut(&mut CodeEditor, &mut kprof::classfile::ConstantPool<'_>, &kprof::classfile::Code<'_>),
+    mut edit: impl FnMut(&mut CodeEditor, &mut kprof_classfile::ConstantPool<'_>, &kprof_classfile::Code<'_>),
 ) -> Vec<u8> {
     let mut class = ClassFile::parse(data).unwrap();
     let mut editor = CodeEditor::new();
@@ -232,7 +234,7 @@ fn catch_all_handler_runs_for_escaping_exceptions_and_rethrows_them() {
                 s.ldc(cp, line).astore(r).push_int(cp, 7).istore(n);
                 ed.insert_prologue(&s).unwrap();
                 s.clear();
-                s.iload(n).op(kprof::classfile::opcodes::POP).getstatic(cp, err).aload(r).invokevirtual(cp, println);
+                s.iload(n).op(kprof_classfile::opcodes::POP).getstatic(cp, err).aload(r).invokevirtual(cp, println);
                 ed.set_catch_all(&s, throwable).unwrap();
             });
             (name.clone(), out)
@@ -261,7 +263,7 @@ fn verifier_rejects_a_bad_edit() {
             let out = edit_class(data, |ed, _cp, code| {
                 let r = ed.add_local(VType::Top).unwrap();
                 let mut s = Snippet::new();
-                s.aload(r).op(kprof::classfile::opcodes::POP);
+                s.aload(r).op(kprof_classfile::opcodes::POP);
                 for b in basic_blocks(code, BlockRule::Komorium, 50).unwrap() {
                     ed.insert_before(b.start, &s).unwrap();
                 }
@@ -313,7 +315,7 @@ fn relocation_rules_hold_in_rewritten_sample() {
                     // instruction when it drops the checkcast).
                     let offsets = |info: &[u8]| {
                         let mut v = Vec::new();
-                        kprof::classfile::annotations::relocate_type_annotations(
+                        kprof_classfile::annotations::relocate_type_annotations(
                             info,
                             |o| {
                                 v.push(o);
@@ -348,7 +350,7 @@ fn relocation_rules_hold_in_rewritten_sample() {
                 if n == b"StackMapTable" {
                     let ctx = MethodContext::of(&new, i).unwrap();
                     let mut init = Vec::new();
-                    kprof::classfile::stackmap::initial_locals(
+                    kprof_classfile::stackmap::initial_locals(
                         ctx.descriptor,
                         ctx.is_static,
                         ctx.is_init,
@@ -484,7 +486,7 @@ fn truncated_and_corrupted_classes_are_errors() {
         for v in [0u8, 0xFF, saved ^ 0x40] {
             copy[i] = v;
             let _ = rw.rewrite_class(&copy, &mut out, &mut stats);
-            let _ = kprof::classfile::roundtrip_rebuild(&copy, &mut out);
+            let _ = kprof_classfile::roundtrip_rebuild(&copy, &mut out);
         }
         copy[i] = saved;
     }

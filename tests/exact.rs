@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
-use kprof::output::read_profile;
-use kprof::profile::{FrameKind, Profile};
+use kprof_profile::output::read_profile;
+use kprof_profile::{FrameKind, Profile};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -193,8 +193,8 @@ fn callsites_survive_class_loading_initialization_and_uncounted_calls() {
 
 /// The bytecode offsets of the calls and `new`s of `method` in harness class `class`.
 fn call_sites(class: &str, method: &str) -> Vec<i32> {
-    use kprof::classfile::opcodes::{is_invoke, NEW};
-    use kprof::classfile::{ClassFile, Instructions};
+    use kprof_classfile::opcodes::{is_invoke, NEW};
+    use kprof_classfile::{ClassFile, Instructions};
     let data = std::fs::read(harness_classes().join(format!("{class}.class"))).expect("harness class");
     let c = ClassFile::parse(&data).expect("parse");
     let index = c.methods.iter().position(|m| c.member_name(m).unwrap() == method.as_bytes()).expect("method");

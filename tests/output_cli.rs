@@ -1,7 +1,7 @@
 //! `kprof report` and `kprof compare` as a user runs them, on JSON and collapsed files with known contents.
 
-use kprof::output::{collapsed, json};
-use kprof::profile::{Frame, Meta, Metric, Profile, WeightUnit};
+use kprof_profile::output::{collapsed, json};
+use kprof_profile::{Frame, Meta, Metric, Profile, WeightUnit};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -5,8 +5,8 @@
 
 mod common;
 
-use kprof::output::html;
-use kprof::profile::{Frame, FrameKind, Meta, Metric, Profile, WeightUnit};
+use kprof_profile::output::html;
+use kprof_profile::{Frame, FrameKind, Meta, Metric, Profile, WeightUnit};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;

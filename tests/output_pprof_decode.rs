@@ -2,8 +2,8 @@
 //! tests/output_pprof/ (compiled at test time with grpcio-tools, or protoc). Needs python3 with
 //! `protobuf` and `grpcio-tools`: scripts/install-test-deps installs them.
 
-use kprof::output::pprof;
-use kprof::profile::{Frame, FrameKind, Meta, Metric, Profile, WeightUnit};
+use kprof_profile::output::pprof;
+use kprof_profile::{Frame, FrameKind, Meta, Metric, Profile, WeightUnit};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

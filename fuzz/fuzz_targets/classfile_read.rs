@@ -3,9 +3,9 @@
 //! input byte for byte.
 #![no_main]
 
-use kprof::classfile::blocks::{basic_blocks, BlockRule};
-use kprof::classfile::stackmap::StackMap;
-use kprof::classfile::{roundtrip_rebuild, ClassFile};
+use kprof_classfile::blocks::{basic_blocks, BlockRule};
+use kprof_classfile::stackmap::StackMap;
+use kprof_classfile::{roundtrip_rebuild, ClassFile};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -6,9 +6,9 @@
 //! the constant pool.
 #![no_main]
 
-use kprof::classfile::edit::EditLimits;
-use kprof::classfile::{roundtrip_rebuild, ClassFile};
-use kprof::rewrite::{Mode, RewriteStats, Rewriter, SkipPolicy};
+use kprof_classfile::edit::EditLimits;
+use kprof_classfile::{roundtrip_rebuild, ClassFile};
+use kprof_classfile::transform::{Mode, RewriteStats, Rewriter, SkipPolicy};
 use libfuzzer_sys::fuzz_target;
 
 /// A class `T` with method `m(ILjava/lang/String;J)V` (static or not) built from `data`.

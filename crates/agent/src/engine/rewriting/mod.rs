@@ -1,0 +1,542 @@
+//! The rewriting engines, mode=bytecode and mode=exact: both profile by rewriting classes as they load,
+//! and share everything but the transform and the Java runtime class they call.
+//!
+//! - At load time the ClassFileLoadHook rewrites each class with the session's transform
+//!   ([`kprof_classfile::transform::bytecode`] or [`kprof_classfile::transform::exact`]); when a session starts, one batched
+//!   RetransformClasses covers the classes loaded before, the JDK's included.
+//! - The Java runtime (`kprof.runtime.Bc`/`T` and `Exact`/`ExactState`, compiled by build.rs, embedded
+//!   in the library) goes on the boot class path; every named module is made to read its module
+//!   (AddModuleReads).
+//! - Bytecode mode ([`bytecode`]): rewritten code counts bytecodes per thread and hands its reified stack
+//!   to a native method every `gran + r` of them. Exact mode ([`exact`]): rewritten code counts every call
+//!   and block in a per-thread tree that is merged into the CCT when a thread ends and before a write.
+//! - With `mode=exact` at start-up, native methods get wrappers when their classes are first defined
+//!   ([`kprof_classfile::transform::natives`]); the engine then wraps in every rewrite of those classes, whatever the
+//!   session, since a retransformation may not change a class's methods.
+//!
+//! Nothing here runs in a signal handler; the hook runs on whichever thread loads a class.
+
+pub mod bytecode;
+pub mod exact;
+pub mod thread_fields;
+
+use crate::cct::Cct;
+use crate::jvmti::bindings::*;
+use crate::jvmti::{Jni, Jvmti};
+use kprof_classfile::transform::bytecode::{BytecodeConfig, BytecodeTransform};
+use kprof_classfile::transform::exact::{ExactConfig, ExactTransform};
+use kprof_classfile::transform::methods::MethodTable;
+use kprof_classfile::transform::natives::{wrap_natives, NATIVE_PREFIX};
+use kprof_classfile::transform::{MethodTransform, RewriteStats, Rewriter, SkipPolicy};
+use kprof_classfile::EditLimits;
+use kprof_protocol::control::private_dir;
+use kprof_protocol::options::{Mode, Options};
+use std::collections::HashSet;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use kprof_runtime::RUNTIME_JAR;
+const RUNTIME_PREFIX: &str = "kprof/runtime/";
+
+/// Counters of the class rewriting (both modes).
+#[derive(Default)]
+pub struct ClassStats {
+    pub classes_seen: AtomicU64,
+    pub classes_rewritten: AtomicU64,
+    pub classes_filtered: AtomicU64,
+    /// Classes the rewriter could not parse (left as they were).
+    pub classes_failed: AtomicU64,
+    pub classes_retransformed: AtomicU64,
+    pub retransform_failures: AtomicU64,
+    /// Native methods given a wrapper, and their classes (first definitions only).
+    pub natives_wrapped: AtomicU64,
+    pub classes_with_natives_wrapped: AtomicU64,
+}
+
+/// What the session's transform needs; set when a session starts.
+#[derive(Clone)]
+struct SessionConfig {
+    mode: Mode,
+    options: Options,
+}
+
+/// The engine: one per agent, created when a rewriting session first starts.
+pub struct RewritingEngine {
+    cct: &'static Cct,
+    jvmti: Jvmti,
+    pub methods: Arc<MethodTable>,
+    /// Native methods are wrapped when their classes are defined (fixed for the agent's lifetime).
+    wrap_natives: bool,
+    config: RwLock<SessionConfig>,
+    /// Rewriting is active (the runtime is ready).
+    rewriting: AtomicBool,
+    /// The session keeps callsites apart (read on every sample and merge).
+    callsites: AtomicBool,
+    pub stats: ClassStats,
+    /// Methods rewritten and left alone, by reason.
+    pub rewrite_stats: Mutex<RewriteStats>,
+    pub bytecode: bytecode::BytecodeStats,
+    /// Bytecode mode's per-thread blocks and the drain that takes their samples into the CCT.
+    pub rings: bytecode::Rings,
+    pub exact: exact::ExactStore,
+    runtime: OnceLock<Runtime>,
+    /// Named modules already made to read the runtime's module: (name, identity hash).
+    modules: Mutex<HashSet<(String, i32)>>,
+    /// Boot classes defined in the primordial phase: their natives keep no wrapper (see `transform`).
+    primordial: Mutex<HashSet<String>>,
+}
+
+/// Global references into the Java runtime.
+struct Runtime {
+    module: jobject,
+    module_name: jfieldID,
+    bc: bytecode::BcRuntime,
+    exact: exact::ExactRuntime,
+}
+
+// SAFETY: global references and method/field ids are valid on every thread.
+unsafe impl Send for Runtime {}
+// SAFETY: see above.
+unsafe impl Sync for Runtime {}
+
+static ENGINE: OnceLock<&'static RewritingEngine> = OnceLock::new();
+
+impl RewritingEngine {
+    /// Capabilities the engine needs, added in Agent_OnLoad (or on attach). `natives`: also those that
+    /// wrapping native methods needs (only at start-up).
+    pub fn capabilities(
+        potential: &jvmtiCapabilities,
+        caps: &mut jvmtiCapabilities,
+        natives: bool,
+    ) -> Result<(), String> {
+        if potential.can_retransform_classes() == 0 {
+            return Err("this JVM cannot retransform classes".into());
+        }
+        caps.set_can_retransform_classes(1);
+        if potential.can_generate_all_class_hook_events() != 0 {
+            caps.set_can_generate_all_class_hook_events(1);
+        }
+        if natives {
+            if potential.can_set_native_method_prefix() == 0 || potential.can_generate_early_class_hook_events() == 0 {
+                return Err("this JVM cannot prefix native methods early (mode=exact needs it at start-up)".into());
+            }
+            caps.set_can_set_native_method_prefix(1);
+            caps.set_can_generate_early_class_hook_events(1);
+        }
+        Ok(())
+    }
+
+    /// Creates the engine and puts the runtime on the boot class path. Call once, before VMInit (or on
+    /// attach); the hook only wraps natives (with `natives`) until [`RewritingEngine::start`].
+    pub fn create(
+        cct: &'static Cct,
+        jvmti: Jvmti,
+        options: &Options,
+        natives: bool,
+    ) -> Result<&'static RewritingEngine, String> {
+        if let Some(e) = ENGINE.get() {
+            return Ok(e);
+        }
+        let jar = extract_runtime()?;
+        jvmti.add_to_bootstrap_search(&jar).map_err(|e| format!("AddToBootstrapClassLoaderSearch({jar}): {e}"))?;
+        if natives {
+            jvmti.set_native_method_prefix(NATIVE_PREFIX).map_err(|e| format!("SetNativeMethodPrefix: {e}"))?;
+        }
+        let engine: &'static RewritingEngine = Box::leak(Box::new(RewritingEngine {
+            cct,
+            jvmti,
+            methods: Arc::new(MethodTable::new()),
+            wrap_natives: natives,
+            config: RwLock::new(SessionConfig { mode: options.mode, options: options.clone() }),
+            rewriting: AtomicBool::new(false),
+            callsites: AtomicBool::new(options.callsite),
+            stats: ClassStats::default(),
+            rewrite_stats: Mutex::new(RewriteStats::default()),
+            bytecode: bytecode::BytecodeStats::default(),
+            rings: bytecode::Rings::default(),
+            exact: exact::ExactStore::default(),
+            runtime: OnceLock::new(),
+            modules: Mutex::new(HashSet::new()),
+            primordial: Mutex::new(HashSet::new()),
+        }));
+        let _ = ENGINE.set(engine);
+        Ok(ENGINE.get().copied().unwrap_or(engine))
+    }
+
+    pub fn get() -> Option<&'static RewritingEngine> {
+        ENGINE.get().copied()
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.rewriting.load(Ordering::Acquire)
+    }
+
+    /// Native methods get nodes (the agent was loaded at start-up with mode=exact).
+    pub fn wraps_natives(&self) -> bool {
+        self.wrap_natives
+    }
+
+    /// Whether the natives of this class may get wrappers. Not those of boot classes defined in the
+    /// primordial phase: HotSpot looks a boot class's native up by its prefixed JNI name first, and when
+    /// the boot library lacks it, asks `ClassLoader.findNative`, which cannot run that early (the JVM
+    /// crashes starting). Those classes are remembered, so their retransformations add no wrappers either.
+    fn may_wrap(&self, name: &str, first: bool, boot: bool) -> bool {
+        if !boot {
+            return true;
+        }
+        let mut primordial = self.primordial.lock().unwrap_or_else(|e| e.into_inner());
+        if first && self.jvmti.phase().is_ok_and(|p| p == JVMTI_PHASE_PRIMORDIAL) {
+            primordial.insert(name.to_string());
+            return false;
+        }
+        !primordial.contains(name)
+    }
+
+    fn config(&self) -> SessionConfig {
+        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The mode of the current (or last) session.
+    pub fn mode(&self) -> Mode {
+        self.config.read().unwrap_or_else(|e| e.into_inner()).mode
+    }
+
+    /// The ClassFileLoadHook's work: the rewritten class, or `None` to leave it as it is. `first`: the class
+    /// is being defined (not retransformed); `boot`: by the boot loader.
+    pub fn transform(&self, name: Option<&str>, data: &[u8], first: bool, boot: bool) -> Option<Vec<u8>> {
+        let name = name?;
+        if name.starts_with(RUNTIME_PREFIX) {
+            return None;
+        }
+        let wrapped = if self.wrap_natives && self.may_wrap(name, first, boot) {
+            wrap_natives(data).ok().flatten()
+        } else {
+            None
+        };
+        if first {
+            if let Some(w) = &wrapped {
+                self.stats.classes_with_natives_wrapped.fetch_add(1, Ordering::Relaxed);
+                self.stats.natives_wrapped.fetch_add(w.wrappers.len() as u64, Ordering::Relaxed);
+            }
+        }
+        if !self.is_active() {
+            return wrapped.map(|w| w.bytes);
+        }
+        self.stats.classes_seen.fetch_add(1, Ordering::Relaxed);
+        let config = self.config();
+        if !config.options.class_selected(&name.replace('/', ".")) {
+            self.stats.classes_filtered.fetch_add(1, Ordering::Relaxed);
+            return wrapped.map(|w| w.bytes);
+        }
+        let (input, wrappers) = match &wrapped {
+            Some(w) => (&w.bytes[..], w.wrappers.clone()),
+            None => (data, Vec::new()),
+        };
+        let o = &config.options;
+        let transform: Box<dyn MethodTransform> = match config.mode {
+            Mode::Exact => {
+                let c = ExactConfig {
+                    max_path: o.maxpath,
+                    callsites: o.callsite,
+                    blocks: o.bb,
+                    thread_fields: thread_fields::added(),
+                };
+                Box::new(ExactTransform::new(c, Arc::clone(&self.methods)))
+            }
+            _ => {
+                let c = BytecodeConfig {
+                    max_path: o.maxpath,
+                    callsites: o.callsite,
+                    leaf_optimization: true,
+                    thread_fields: thread_fields::added(),
+                };
+                Box::new(BytecodeTransform::new(c, Arc::clone(&self.methods)))
+            }
+        };
+        let mut rewriter = Rewriter::with_transform(transform, SkipPolicy::agent(), EditLimits::default());
+        rewriter.set_wrappers(wrappers);
+        let mut stats = RewriteStats::default();
+        let mut out = Vec::with_capacity(input.len() + input.len() / 4);
+        let result = rewriter.rewrite_class(input, &mut out, &mut stats);
+        self.rewrite_stats.lock().unwrap_or_else(|e| e.into_inner()).add(&stats);
+        match result {
+            Ok(true) => {
+                self.stats.classes_rewritten.fetch_add(1, Ordering::Relaxed);
+                Some(out)
+            }
+            Ok(false) => wrapped.map(|w| w.bytes),
+            Err(_) => {
+                self.stats.classes_failed.fetch_add(1, Ordering::Relaxed);
+                wrapped.map(|w| w.bytes)
+            }
+        }
+    }
+
+    /// Makes the runtime ready for a session of `options` and rewrites what is already loaded: registers
+    /// the natives, lets every named module read the runtime's module, initialises the mode's runtime
+    /// class, turns rewriting on, and retransforms every modifiable class loaded so far in one batch.
+    pub fn start(&self, jni: Jni, options: &Options) -> Result<(), String> {
+        let rt = match self.runtime.get() {
+            Some(rt) => rt,
+            None => {
+                let rt = self.load_runtime(jni)?;
+                self.runtime.get_or_init(|| rt)
+            }
+        };
+        if let Ok(modules) = self.jvmti.all_modules() {
+            for &m in modules.as_slice() {
+                self.module_reads(jni, rt, m);
+                jni.delete_local_ref(m);
+            }
+        }
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) =
+            SessionConfig { mode: options.mode, options: options.clone() };
+        self.callsites.store(options.callsite, Ordering::Release);
+        match options.mode {
+            Mode::Exact => {
+                self.exact.reset(options.bb);
+                let budget = exact::tree_budget(options.cct_mb());
+                rt.exact.init(jni, options.threads, thread_fields::added(), options.bb, budget)?;
+                if self.wrap_natives {
+                    exact::intercept_native_catches(self.jvmti)?;
+                }
+            }
+            _ => {
+                bytecode::reset(self);
+                let fields = thread_fields::added();
+                rt.bc.init(jni, options, fields)?;
+                if fields {
+                    // Threads already running get their state before any of their code is rewritten.
+                    if let Ok(threads) = self.jvmti.all_threads() {
+                        for &t in threads.as_slice() {
+                            rt.bc.adopt(jni, t);
+                            jni.delete_local_ref(t);
+                        }
+                    }
+                }
+                if let Some(me) = RewritingEngine::get() {
+                    me.rings.start_drain(me);
+                }
+            }
+        }
+        self.rewriting.store(true, Ordering::Release);
+        self.fix_class_hashes(jni);
+        self.retransform_loaded(jni);
+        Ok(())
+    }
+
+    /// Gives every loaded class its identity hash now, in load order, on this thread. HotSpot computes an
+    /// object's identity hash from the thread that first asks for it; JIT compiler threads ask for some
+    /// class mirrors at times that vary from run to run, and JDK code keyed by classes (method types,
+    /// reflection caches) then takes different paths. Asking first, deterministically, keeps bytecode
+    /// counts reproducible.
+    fn fix_class_hashes(&self, jni: Jni) {
+        if let Ok(classes) = self.jvmti.loaded_classes() {
+            for &k in classes.as_slice() {
+                let _ = self.jvmti.object_hash(k);
+                jni.delete_local_ref(k);
+            }
+        }
+    }
+
+    fn load_runtime(&self, jni: Jni) -> Result<Runtime, String> {
+        // The runtime's module (the boot loader's unnamed module), from a class whose initialisation needs
+        // nothing: Bc's needs jdk.internal.misc.Unsafe, which java.base must export to it first. The helpers
+        // write the reified stack with Unsafe (raw memory: no application array aliases it, so the JIT keeps
+        // the application's loads across the store).
+        let state = jni
+            .find_class(&format!("{RUNTIME_PREFIX}T"))
+            .ok_or("the runtime class kprof/runtime/T cannot be loaded")?;
+        let module_local = jni.module_of(state);
+        jni.delete_local_ref(state);
+        let module = jni.new_global_ref(module_local);
+        jni.delete_local_ref(module_local);
+        let object = jni.find_class("java/lang/Object").ok_or("java.lang.Object not found")?;
+        let base = jni.module_of(object);
+        jni.delete_local_ref(object);
+        let exported = self.jvmti.add_module_exports(base, "jdk.internal.misc", module);
+        jni.delete_local_ref(base);
+        exported.map_err(|e| format!("AddModuleExports(java.base, jdk.internal.misc): {e}"))?;
+        let bc = bytecode::BcRuntime::load(jni)?;
+        let exact = exact::ExactRuntime::load(jni)?;
+        let module_class = jni.find_class("java/lang/Module").ok_or("java.lang.Module not found")?;
+        let module_name = jni.field_id(module_class, "name", "Ljava/lang/String;").ok_or("Module.name not found")?;
+        jni.delete_local_ref(module_class);
+        Ok(Runtime { module, module_name, bc, exact })
+    }
+
+    /// Lets `module` read the runtime's module, once per named module.
+    fn module_reads(&self, jni: Jni, rt: &Runtime, module: jobject) {
+        if module.is_null() {
+            return;
+        }
+        let name_obj = jni.object_field(module, rt.module_name);
+        if name_obj.is_null() {
+            // Unnamed modules read every module already.
+            return;
+        }
+        let name = jni.string(name_obj);
+        jni.delete_local_ref(name_obj);
+        let key = (name, self.jvmti.object_hash(module).unwrap_or(0));
+        let mut seen = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(&key) {
+            return;
+        }
+        if self.jvmti.add_module_reads(module, rt.module).is_ok() {
+            seen.insert(key);
+        }
+    }
+
+    /// ClassPrepare: a class of a module defined after start (a new layer) needs that module to read
+    /// the runtime before its rewritten code runs; preparation comes before any of its code runs.
+    pub fn class_prepared(&self, jni: Jni, class: jclass) {
+        // Give the class its identity hash now, on the thread that loads it (see `fix_class_hashes`).
+        let _ = self.jvmti.object_hash(class);
+        if !self.is_active() {
+            return;
+        }
+        let Some(rt) = self.runtime.get() else { return };
+        let module = jni.module_of(class);
+        self.module_reads(jni, rt, module);
+        jni.delete_local_ref(module);
+    }
+
+    fn retransform_loaded(&self, jni: Jni) {
+        let Ok(classes) = self.jvmti.loaded_classes() else { return };
+        let mut batch: Vec<jclass> = Vec::new();
+        for &k in classes.as_slice() {
+            let skip = !self.jvmti.is_modifiable_class(k)
+                || self
+                    .jvmti
+                    .class_signature(k)
+                    .map(|s| s.starts_with("Lkprof/runtime/") || s.starts_with('['))
+                    .unwrap_or(true);
+            if skip {
+                jni.delete_local_ref(k);
+            } else {
+                batch.push(k);
+            }
+        }
+        if self.jvmti.retransform_classes(&batch).is_ok() {
+            self.stats.classes_retransformed.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        } else {
+            // One class the JVM refuses fails the whole batch: retry one by one and count refusals.
+            for &k in &batch {
+                match self.jvmti.retransform_classes(&[k]) {
+                    Ok(()) => self.stats.classes_retransformed.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => self.stats.retransform_failures.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }
+        for k in batch {
+            jni.delete_local_ref(k);
+        }
+    }
+
+    /// ThreadStart (and VirtualThreadStart), on the new thread: bytecode mode gives it its state.
+    pub fn thread_started(&self, jni: Jni) {
+        if let (Some(rt), true, Mode::Bytecode) = (self.runtime.get(), self.is_active(), self.mode()) {
+            rt.bc.started(jni);
+        }
+    }
+
+    /// ThreadEnd (and VirtualThreadEnd), on the ending thread: bytecode mode keeps its count and drains and
+    /// frees its block; exact mode merges its tree into the CCT.
+    pub fn thread_ended(&self, jni: Jni) {
+        if let Some(rt) = self.runtime.get() {
+            match self.mode() {
+                Mode::Exact => rt.exact.thread_ended(jni),
+                _ => rt.bc.finish(jni),
+            }
+        }
+    }
+
+    /// Bytecodes counted since each thread's last sample (bytecode mode: estimated total = sampled + this).
+    pub fn residual(&self, jni: Jni) -> u64 {
+        match self.runtime.get() {
+            Some(rt) => rt.bc.residual(jni),
+            None => 0,
+        }
+    }
+
+    /// Before the profile is written while the session runs: exact mode merges every live thread's tree.
+    pub fn before_write(&self, jni: Jni) {
+        match (self.runtime.get(), self.is_active(), self.mode()) {
+            (Some(rt), true, Mode::Exact) => rt.exact.merge_all(jni),
+            (_, _, Mode::Bytecode) => {
+                self.rings.drain_all(self);
+            }
+            _ => {}
+        }
+    }
+
+    /// Stops counting (exact mode merges what is left first): rewritten code keeps running but does
+    /// nothing; with `restore`, classes are retransformed back to their original code (native wrappers
+    /// stay, uncounted).
+    pub fn stop(&self, jni: Jni, restore: bool) {
+        if let Some(rt) = self.runtime.get() {
+            match self.mode() {
+                Mode::Exact => rt.exact.disable(jni),
+                _ => {
+                    rt.bc.disable(jni);
+                    self.rings.drain_all(self);
+                }
+            }
+        }
+        self.rewriting.store(false, Ordering::Release);
+        if restore {
+            self.retransform_loaded(jni);
+        }
+    }
+
+    pub(crate) fn callsites(&self) -> bool {
+        self.callsites.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn cct(&self) -> &'static Cct {
+        self.cct
+    }
+}
+
+/// Writes the embedded runtime jar to `/tmp/.kprof-<uid>/kprof-runtime-<hash>.jar` (a private
+/// directory) unless it is already there, and returns its path.
+fn extract_runtime() -> Result<String, String> {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let dir = kprof_protocol::control::socket_dir(uid);
+    private_dir(&dir, uid)?;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in RUNTIME_JAR {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    let path = dir.join(format!("kprof-runtime-{h:016x}.jar"));
+    if std::fs::read(&path).map(|d| d == RUNTIME_JAR).unwrap_or(false) {
+        return Ok(path.display().to_string());
+    }
+    kprof_profile::output::write_atomic(&path, RUNTIME_JAR)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path.display().to_string())
+}
+
+/// Registers `natives` on `class` and returns a global reference to it.
+fn runtime_class(jni: Jni, name: &str, natives: &[(&str, &str, *mut c_void)]) -> Result<jclass, String> {
+    let local = jni.find_class(name).ok_or(format!("the runtime class {name} cannot be loaded"))?;
+    let class = jni.new_global_ref(local) as jclass;
+    jni.delete_local_ref(local);
+    if !natives.is_empty() {
+        jni.register_natives(class, natives)?;
+    }
+    Ok(class)
+}
+
+/// `threadRoot(String name)` of both runtime classes: the CCT node of a thread's root (`threads=on`).
+///
+/// # Safety
+/// Called by the JVM as a registered native method, with the calling thread's JNIEnv.
+unsafe extern "C" fn thread_root(env: *mut JNIEnv, _class: jclass, name: jstring) -> jint {
+    // SAFETY: the JVM passes the calling thread's JNIEnv.
+    let jni = unsafe { Jni::from_raw(env) };
+    let name = jni.string(name);
+    crate::agent::thread_root_for(&name) as jint
+}

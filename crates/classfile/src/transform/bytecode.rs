@@ -1,0 +1,254 @@
+//! The bytecode mode's rewrite (Komorium, seeds/000 §4–5): every basic block adds its instruction count to
+//! a local counter; granularity checks, at Komorium §5.2's places (blocks that call or head a loop, returns
+//! and throws, and wherever a forward path would run past MaxPath bytecodes unchecked), commit it to the
+//! thread's counter and record a sample when the period is over; a reified stack of method ids is kept by
+//! a push in the prologue and a pop at returns. The Java side is `java-runtime/src/kprof/runtime/Bc.java`,
+//! whose comment shows the inserted sequences and says why they look the way they do.
+//!
+//! Leaf methods (no calls) are not pushed: they name themselves only when they sample (Komorium §5.1); a
+//! leaf of one block gets a single helper call before its returns and no locals.
+
+use std::sync::Arc;
+
+use super::flow::{bracket_calls, Flow};
+use super::methods::MethodTable;
+use super::{MethodInput, MethodTransform};
+use crate::blocks::DEFAULT_MAX_PATH;
+use crate::code::Instructions;
+use crate::edit::{CodeEditor, EditError, Refusal};
+use crate::opcodes::*;
+use crate::{ConstantPool, Snippet, VType};
+
+/// The helpers when java.lang.Thread has kprof's fields (the agent started with the JVM), and otherwise.
+pub const RUNTIME_CLASS: &str = "kprof/runtime/Bc";
+pub const TABLE_RUNTIME_CLASS: &str = "kprof/runtime/Bt";
+pub const STATE_CLASS: &str = "kprof/runtime/T";
+/// A stack entry with this bit set names a call site ([`MethodTable::site`]); without it, a method id.
+pub const SITE_BIT: u32 = 1 << 31;
+
+/// Options of the bytecode rewrite.
+#[derive(Clone, Copy, Debug)]
+pub struct BytecodeConfig {
+    /// Longest run of bytecodes between two granularity checks, and longest block (0: no limit).
+    pub max_path: u32,
+    /// Every call writes its site into the caller's stack entry (the CCT then keeps callsites apart).
+    pub callsites: bool,
+    /// Komorium §5.1: leaf methods are not pushed; they name themselves when they sample.
+    pub leaf_optimization: bool,
+    /// java.lang.Thread has kprof's fields for the thread's state (the agent started with the JVM); otherwise
+    /// the state is looked up in a table by thread id and kept in a local.
+    pub thread_fields: bool,
+}
+
+impl Default for BytecodeConfig {
+    fn default() -> Self {
+        BytecodeConfig { max_path: DEFAULT_MAX_PATH, callsites: false, leaf_optimization: true, thread_fields: true }
+    }
+}
+
+/// Constant-pool entries of one class. Without Thread fields every helper but `state`, `leaf1`, `mute` and
+/// `unmute` takes the state as its first argument.
+#[derive(Clone, Copy, Default)]
+struct Refs {
+    state_class: u16,
+    state: u16,
+    enter: u16,
+    site: u16,
+    check: u16,
+    exit: u16,
+    leaf_check: u16,
+    leaf_exit: u16,
+    leaf1: u16,
+    handler: u16,
+    mute: u16,
+    unmute: u16,
+}
+
+pub struct BytecodeTransform {
+    pub config: BytecodeConfig,
+    methods: Arc<MethodTable>,
+    /// (name, descriptor) of this class's native wrappers (exact mode's, when the JVM started with it):
+    /// left as they are, so bytecode-mode profiles look the same either way.
+    wrappers: Vec<(Vec<u8>, Vec<u8>)>,
+    refs: Option<Refs>,
+    flow: Flow,
+    snippet: Snippet,
+}
+
+impl BytecodeTransform {
+    pub fn new(config: BytecodeConfig, methods: Arc<MethodTable>) -> BytecodeTransform {
+        BytecodeTransform {
+            config,
+            methods,
+            wrappers: Vec::new(),
+            refs: None,
+            flow: Flow::default(),
+            snippet: Snippet::new(),
+        }
+    }
+
+    fn refs(&mut self, cp: &mut ConstantPool<'_>) -> Result<Refs, EditError> {
+        if let Some(r) = self.refs {
+            return Ok(r);
+        }
+        let full = |_| EditError::Refused(Refusal::ConstantPoolFull);
+        let fields = self.config.thread_fields;
+        let (class, t) = if fields { (RUNTIME_CLASS, "") } else { (TABLE_RUNTIME_CLASS, "Lkprof/runtime/T;") };
+        let mut m = |name: &str, args: &str, ret: &str| cp.add_methodref(class, name, &format!("({t}{args}){ret}"));
+        let r = Refs {
+            state_class: 0,
+            state: 0,
+            enter: m("enter", "I", "I").map_err(full)?,
+            site: m("site", "II", "V").map_err(full)?,
+            check: m("check", "III", "I").map_err(full)?,
+            exit: m("exit", "III", "V").map_err(full)?,
+            leaf_check: m("leafCheck", "II", "I").map_err(full)?,
+            leaf_exit: m("leafExit", "II", "V").map_err(full)?,
+            handler: m("handler", "I", "V").map_err(full)?,
+            leaf1: 0,
+            mute: 0,
+            unmute: 0,
+        };
+        let plain = |cp: &mut ConstantPool<'_>, name: &str, desc: &str| cp.add_methodref(class, name, desc);
+        let r = Refs {
+            state_class: if fields { 0 } else { cp.add_class(STATE_CLASS).map_err(full)? },
+            state: if fields { 0 } else { plain(cp, "t", "()Lkprof/runtime/T;").map_err(full)? },
+            leaf1: if fields { r.leaf_exit } else { plain(cp, "leafExit1", "(II)V").map_err(full)? },
+            mute: plain(cp, "mute", "()V").map_err(full)?,
+            unmute: plain(cp, "unmute", "()V").map_err(full)?,
+            ..r
+        };
+        self.refs = Some(r);
+        Ok(r)
+    }
+}
+
+impl MethodTransform for BytecodeTransform {
+    fn set_wrappers(&mut self, wrappers: Vec<(Vec<u8>, Vec<u8>)>) {
+        self.wrappers = wrappers;
+    }
+
+    fn edit_intrinsic(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        let refs = self.refs(cp)?;
+        bracket_calls(m.code.code, editor, cp, &mut self.snippet, (refs.mute, refs.unmute))
+    }
+
+    fn begin_class(&mut self, _: &crate::ClassFile<'_>) {
+        self.refs = None;
+    }
+
+    fn edit_method(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        if self.wrappers.iter().any(|(n, d)| n == m.name && d == m.descriptor) {
+            return Ok(());
+        }
+        let max_path = self.config.max_path;
+        self.flow.analyse(m.code, max_path)?;
+        let refs = self.refs(cp)?;
+        let id = self.methods.id(m.class_name, m.name, m.descriptor) as i32;
+        let leaf = self.config.leaf_optimization && !self.flow.info.iter().any(|b| b.calls);
+        let s = &mut self.snippet;
+        if leaf && self.flow.blocks.len() == 1 && self.flow.first_runs_once() {
+            // A leaf of one block runs straight to a return or throw: one helper call before each exit.
+            let n = self.flow.blocks[0].insns as i32;
+            for insn in Instructions::new(m.code.code) {
+                let insn = insn?;
+                if is_return(insn.opcode) || insn.opcode == ATHROW {
+                    s.clear();
+                    s.push_int(cp, -n).push_int(cp, id).invokestatic(cp, refs.leaf1);
+                    editor.insert_before(insn.offset, s)?;
+                }
+            }
+            return Ok(());
+        }
+        // Without Thread fields the state is a local, the first argument of every helper.
+        let state = if self.config.thread_fields {
+            None
+        } else {
+            Some(editor.add_local(VType::Object(refs.state_class)).map_err(EditError::Refused)?)
+        };
+        let count = editor.add_local(VType::Integer).map_err(EditError::Refused)?;
+        // Leaf methods need no depth: they read it when they sample.
+        let depth = if leaf { 0 } else { editor.add_local(VType::Integer).map_err(EditError::Refused)? };
+        let with_state = |s: &mut Snippet| {
+            if let Some(l) = state {
+                s.aload(l);
+            }
+        };
+        // The prologue counts the first block when nothing leads back to it (it then runs exactly once).
+        let fold_first = self.flow.first_runs_once();
+        let first = if fold_first { self.flow.blocks[0].insns as i32 } else { 0 };
+        s.clear();
+        if let Some(l) = state {
+            s.invokestatic(cp, refs.state).astore(l);
+        }
+        if !leaf {
+            with_state(s);
+            s.push_int(cp, id).invokestatic(cp, refs.enter).istore(depth);
+        }
+        s.push_int(cp, -first).istore(count);
+        editor.insert_prologue(s)?;
+        let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
+        let mut insns = Instructions::new(m.code.code).peekable();
+        for (i, b) in self.flow.blocks.iter().enumerate() {
+            let info = self.flow.info[i];
+            let n = if i == 0 && fold_first { 0 } else { b.insns };
+            // A returning block checks at its return; it needs a check at its start as well only when it
+            // calls, heads a loop, or would take the path since the last check past MaxPath.
+            let over = max_path != 0 && info.entering.saturating_add(b.insns) > max_path;
+            let start_check = info.calls || info.loop_header || (info.check && (!info.terminates || over));
+            s.clear();
+            if !leaf && handlers.contains(&b.start) {
+                with_state(s);
+                s.iload(depth).invokestatic(cp, refs.handler);
+            }
+            if n > 0 {
+                let n = i16::try_from(n).map_err(|_| EditError::Refused(Refusal::CodeTooLarge))?;
+                s.iinc(count, -n);
+            }
+            if start_check {
+                with_state(s);
+                if leaf {
+                    s.iload(count).push_int(cp, id).invokestatic(cp, refs.leaf_check).istore(count);
+                } else {
+                    s.iload(depth).iload(count).push_int(cp, id).invokestatic(cp, refs.check).istore(count);
+                }
+            }
+            if !s.is_empty() {
+                editor.insert_before(info.at, s)?;
+            }
+            while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
+                s.clear();
+                if is_return(insn.opcode) || insn.opcode == ATHROW {
+                    with_state(s);
+                    if leaf {
+                        s.iload(count).push_int(cp, id).invokestatic(cp, refs.leaf_exit);
+                    } else {
+                        s.iload(depth).iload(count).push_int(cp, id).invokestatic(cp, refs.exit);
+                    }
+                    if insn.opcode == ATHROW {
+                        // The method itself may catch what it throws: what was committed must not count twice.
+                        s.op(ICONST_0).istore(count);
+                    }
+                } else if is_invoke(insn.opcode) && self.config.callsites {
+                    let site = self.methods.site(id as u32, insn.offset) | SITE_BIT;
+                    with_state(s);
+                    s.iload(depth).push_int(cp, site as i32).invokestatic(cp, refs.site);
+                }
+                if !s.is_empty() {
+                    editor.insert_before(insn.offset, s)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

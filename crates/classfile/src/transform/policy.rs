@@ -1,0 +1,143 @@
+//! Which methods a rewrite leaves alone on purpose (DESIGN §4), each with a reason that is counted.
+
+use crate::annotations::for_each_annotation_type;
+use crate::class::{ACC_ABSTRACT, ACC_NATIVE};
+use crate::{ClassFile, Member};
+
+/// Why a method was left alone by policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PolicyReason {
+    /// kprof's own runtime classes (rewriting them would call the helpers from the helpers).
+    KprofClass,
+    /// The path that fetches per-thread state: Thread, ThreadLocal, java.lang.ref.
+    ThreadStatePath,
+    ObjectInit,
+    EmptyFinalize,
+    /// java.lang.invoke (method handles, VarHandles, lambda forms).
+    JavaLangInvoke,
+    Unsafe,
+    /// VirtualThread, continuations and the rest of jdk.internal.vm.
+    VirtualThreads,
+    IntrinsicCandidate,
+    ReservedStackAccess,
+    ChangesCurrentThread,
+    JvmtiMountTransition,
+}
+
+impl PolicyReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyReason::KprofClass => "kprof-class",
+            PolicyReason::ThreadStatePath => "thread-state-path",
+            PolicyReason::ObjectInit => "object-init",
+            PolicyReason::EmptyFinalize => "empty-finalize",
+            PolicyReason::JavaLangInvoke => "java-lang-invoke",
+            PolicyReason::Unsafe => "unsafe",
+            PolicyReason::VirtualThreads => "virtual-threads",
+            PolicyReason::IntrinsicCandidate => "@IntrinsicCandidate",
+            PolicyReason::ReservedStackAccess => "@ReservedStackAccess",
+            PolicyReason::ChangesCurrentThread => "@ChangesCurrentThread",
+            PolicyReason::JvmtiMountTransition => "@JvmtiMountTransition",
+        }
+    }
+}
+
+/// A skip policy. [`SkipPolicy::agent`] is the DESIGN §4 list that the bytecode and exact modes use;
+/// [`SkipPolicy::minimal`] (the probe mode's default, so it proves the engine on everything else) skips only
+/// what must never change: kprof's own classes, `Object.<init>`, and empty `finalize()` methods (HotSpot
+/// registers a finalizer for every object whose class has a non-empty one: a rewritten `Object.finalize()` would
+/// make every allocation register one, and the VM dies during startup).
+#[derive(Clone, Copy, Debug)]
+pub struct SkipPolicy {
+    pub full: bool,
+}
+
+const THREAD_STATE: &[&[u8]] = &[b"java/lang/Thread", b"java/lang/ThreadLocal", b"java/lang/InheritableThreadLocal"];
+
+impl SkipPolicy {
+    pub fn agent() -> SkipPolicy {
+        SkipPolicy { full: true }
+    }
+
+    pub fn minimal() -> SkipPolicy {
+        SkipPolicy { full: false }
+    }
+
+    /// A reason to leave every method of the class named `name` alone, if any.
+    pub fn class_reason(&self, name: &[u8]) -> Option<PolicyReason> {
+        if name.starts_with(b"kprof/runtime/") {
+            return Some(PolicyReason::KprofClass);
+        }
+        if !self.full {
+            return None;
+        }
+        // The class itself or one of its nested classes (`java/lang/Thread$State`).
+        let is = |prefix: &[u8]| name == prefix || (name.starts_with(prefix) && name[prefix.len()] == b'$');
+        if THREAD_STATE.iter().any(|p| is(p)) || name.starts_with(b"java/lang/ref/") {
+            return Some(PolicyReason::ThreadStatePath);
+        }
+        if name.starts_with(b"java/lang/invoke/") {
+            return Some(PolicyReason::JavaLangInvoke);
+        }
+        if is(b"sun/misc/Unsafe") || is(b"jdk/internal/misc/Unsafe") {
+            return Some(PolicyReason::Unsafe);
+        }
+        if is(b"java/lang/VirtualThread") || name.starts_with(b"jdk/internal/vm/") {
+            return Some(PolicyReason::VirtualThreads);
+        }
+        None
+    }
+
+    /// A reason to leave method `m` of `class` alone, if any (`class_name` is the class's internal name).
+    pub fn method_reason(&self, class: &ClassFile<'_>, class_name: &[u8], m: &Member) -> Option<PolicyReason> {
+        let name = class.member_name(m).unwrap_or(b"");
+        let desc = class.member_descriptor(m).unwrap_or(b"");
+        if class_name == b"java/lang/Object" && name == b"<init>" {
+            return Some(PolicyReason::ObjectInit);
+        }
+        if name == b"finalize" && desc == b"()V" {
+            if let Some(index) = class.methods.iter().position(|x| std::ptr::eq(x, m)) {
+                if let Ok(Some(code)) = class.method_code(index) {
+                    if code.code == [crate::opcodes::RETURN] {
+                        return Some(PolicyReason::EmptyFinalize);
+                    }
+                }
+            }
+        }
+        if !self.full {
+            return None;
+        }
+        // Method.invoke is an intrinsic candidate only so that stack walks skip it: HotSpot never runs
+        // other code in its place, and bracketing it would leave everything called by reflection
+        // uncounted. It is rewritten like any method.
+        if class_name == b"java/lang/reflect/Method" && name == b"invoke" {
+            return None;
+        }
+        let mut reason = None;
+        for a in class.member_attributes(m) {
+            let Ok(n) = class.constant_pool.utf8(a.name_index) else { continue };
+            if n != b"RuntimeVisibleAnnotations" && n != b"RuntimeInvisibleAnnotations" {
+                continue;
+            }
+            let _ = for_each_annotation_type(a.info, |t| {
+                let Ok(d) = class.constant_pool.utf8(t) else { return };
+                let r = match d {
+                    b"Ljdk/internal/vm/annotation/IntrinsicCandidate;"
+                    | b"Ljdk/internal/HotSpotIntrinsicCandidate;" => PolicyReason::IntrinsicCandidate,
+                    b"Ljdk/internal/vm/annotation/ReservedStackAccess;" => PolicyReason::ReservedStackAccess,
+                    b"Ljdk/internal/vm/annotation/ChangesCurrentThread;" => PolicyReason::ChangesCurrentThread,
+                    b"Ljdk/internal/vm/annotation/JvmtiMountTransition;"
+                    | b"Ljdk/internal/vm/annotation/JvmtiHideEvents;" => PolicyReason::JvmtiMountTransition,
+                    _ => return,
+                };
+                reason.get_or_insert(r);
+            });
+        }
+        reason
+    }
+}
+
+/// True for methods that have no code to rewrite.
+pub fn has_no_code(m: &Member) -> bool {
+    m.access_flags & (ACC_ABSTRACT | ACC_NATIVE) != 0
+}

@@ -1,0 +1,674 @@
+//! The JSON calling context tree (`"format": "kprof-cct"`, schema in docs/json-format.md).
+//!
+//! Nodes are a flat array indexed by node id, each naming its parent and its children, so neither the
+//! writer nor any reader has to recurse: a 100,000-deep tree is as easy as a flat one, and JSON readers
+//! with nesting limits (serde_json: 128, Python: ~1000) read it. One node per line keeps big files
+//! usable with line-oriented tools.
+
+use crate::model::{BlockCount, Frame, FrameKind, Meta, Metric, Node, Profile, WeightUnit};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+
+/// The value of `"format"`.
+pub const FORMAT: &str = "kprof-cct";
+/// The schema version this writer produces and the reader accepts.
+pub const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct MetaJson {
+    mode: String,
+    weight_unit: String,
+    #[serde(default)]
+    default_metric: Option<String>,
+    #[serde(default)]
+    interval: u64,
+    #[serde(default)]
+    timer: String,
+    #[serde(default)]
+    jvm: String,
+    #[serde(default)]
+    start_unix_ms: u64,
+    #[serde(default)]
+    duration_ns: u64,
+    #[serde(default)]
+    counters: BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+struct TotalsJson {
+    samples: u64,
+    weight: u64,
+    calls: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct FrameJson {
+    kind: String,
+    #[serde(default)]
+    class: String,
+    method: String,
+    #[serde(default)]
+    signature: String,
+    /// The display name; written for readers' convenience, ignored when read (it follows from the rest).
+    #[serde(default, skip_deserializing)]
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct BlockJson {
+    start_bci: u32,
+    end_bci: u32,
+    count: u64,
+}
+
+#[derive(Deserialize)]
+struct NodeIn {
+    #[serde(default)]
+    id: Option<u64>,
+    parent: i64,
+    frame: u64,
+    #[serde(default = "unknown_callsite")]
+    callsite: i32,
+    #[serde(default)]
+    samples: u64,
+    #[serde(default)]
+    weight: u64,
+    #[serde(default)]
+    calls: u64,
+    #[serde(default)]
+    blocks: Vec<BlockJson>,
+    #[serde(default)]
+    children: Option<Vec<u64>>,
+}
+
+fn unknown_callsite() -> i32 {
+    -1
+}
+
+#[derive(Deserialize)]
+struct DocIn {
+    format: String,
+    version: u32,
+    meta: MetaJson,
+    frames: Vec<FrameJson>,
+    nodes: Vec<NodeIn>,
+}
+
+fn metric_key(m: Metric) -> &'static str {
+    match m {
+        Metric::Samples => "samples",
+        Metric::Weight => "weight",
+        Metric::Calls => "calls",
+    }
+}
+
+/// Renders the profile as a `kprof-cct` JSON document (every counter, self and inclusive).
+pub fn render(profile: &Profile) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256 + profile.frames.len() * 96 + profile.nodes.len() * 160);
+    write_to(profile, &mut out).expect("writing to memory cannot fail");
+    out
+}
+
+/// Writes what [`render`] makes to `out` as it goes: an exact profile's millions of nodes are never held
+/// as text. Nodes are formatted by hand (their fields are numbers), which takes a fraction of what
+/// serde's per-node serialization did on such trees; the golden test pins the format.
+pub fn write_to(profile: &Profile, out: &mut dyn Write) -> std::io::Result<()> {
+    let parents = profile.parents();
+    let [samples, weight, calls] = profile.all_totals_given(&parents);
+    let nodes = ProfileNodes { profile, parents: &parents };
+    write_tree_to(&profile.meta, &profile.frames, &nodes, [&samples, &weight, &calls], out)
+}
+
+/// Writes a `kprof-cct` document of `nodes` (numbered as [`Profile::nodes`] would be, every child after
+/// its parent or not), whose inclusive totals are `totals` (samples, weight, calls, indexed by node).
+/// [`write_to`] is this for a [`Profile`]; the agent writes its tree's snapshot through it without making
+/// a [`Profile`] of millions of nodes first.
+pub fn write_tree_to<N: NodeLines>(
+    meta: &Meta,
+    frames: &[Frame],
+    nodes: &N,
+    totals: [&[u64]; 3],
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    let meta_json = MetaJson {
+        mode: meta.mode.clone(),
+        weight_unit: meta.weight_unit.as_str().to_string(),
+        default_metric: meta.default_metric.map(|m| metric_key(m).to_string()),
+        interval: meta.interval,
+        timer: meta.timer.clone(),
+        jvm: meta.jvm.clone(),
+        start_unix_ms: meta.start_unix_ms,
+        duration_ns: meta.duration_ns,
+        counters: meta.counters.clone(),
+    };
+    let [samples, weight, calls] = totals;
+    let root = |t: &[u64]| t.first().copied().unwrap_or(0);
+    write!(out, "{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\n\"meta\":")?;
+    write(out, &meta_json)?;
+    out.write_all(b",\n\"totals\":")?;
+    write(out, &TotalsJson { samples: root(samples), weight: root(weight), calls: root(calls) })?;
+    out.write_all(b",\n\"frames\":[")?;
+    for (i, f) in frames.iter().enumerate() {
+        out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+        let frame = FrameJson {
+            kind: f.kind.as_str().to_string(),
+            class: f.class.clone(),
+            method: f.method.clone(),
+            signature: f.signature.clone(),
+            name: f.display_name(),
+        };
+        write(out, &frame)?;
+    }
+    out.write_all(b"],\n\"nodes\":[")?;
+    let text = NodeText { nodes, samples, weight, calls };
+    write_nodes(&text, out)?;
+    out.write_all(b"]}\n")
+}
+
+/// One node's line as the JSON writer reads it.
+pub struct NodeLine<'a> {
+    pub frame: u32,
+    pub callsite: i32,
+    /// -1 for the root.
+    pub parent: i64,
+    pub samples: u64,
+    pub weight: u64,
+    pub calls: u64,
+    pub blocks: &'a [BlockCount],
+    pub children: Children<'a>,
+}
+
+/// A node's children: listed, or (in a snapshot of the agent's tree) a run of consecutive numbers.
+pub enum Children<'a> {
+    Listed(&'a [u32]),
+    Run(std::ops::Range<u32>),
+}
+
+/// A tree the JSON writer can write: nodes numbered from 0 (the root), read from several threads.
+pub trait NodeLines: Sync {
+    /// How many nodes there are (the root is node 0).
+    fn count(&self) -> usize;
+    fn line(&self, i: usize) -> NodeLine<'_>;
+}
+
+/// A [`Profile`]'s nodes, with their parents from [`Profile::parents`].
+struct ProfileNodes<'a> {
+    profile: &'a Profile,
+    parents: &'a [u32],
+}
+
+impl NodeLines for ProfileNodes<'_> {
+    fn count(&self) -> usize {
+        self.profile.nodes.len()
+    }
+
+    fn line(&self, i: usize) -> NodeLine<'_> {
+        let n = &self.profile.nodes[i];
+        NodeLine {
+            frame: n.frame,
+            callsite: n.callsite,
+            parent: if i == 0 { -1 } else { self.parents[i] as i64 },
+            samples: n.samples,
+            weight: n.weight,
+            calls: n.calls,
+            blocks: &n.blocks,
+            children: Children::Listed(&n.children),
+        }
+    }
+}
+
+/// Nodes one worker formats at a time: text of a few MB, written in node order.
+const CHUNK_NODES: usize = 1 << 14;
+/// Profiles with fewer nodes are formatted on the calling thread alone.
+const PARALLEL_NODES: usize = 1 << 16;
+/// Most threads that format nodes.
+const MAX_FORMATTERS: usize = 4;
+
+/// What one node's line is made of: the node and its inclusive totals.
+struct NodeText<'a, N> {
+    nodes: &'a N,
+    samples: &'a [u64],
+    weight: &'a [u64],
+    calls: &'a [u64],
+}
+
+impl<N: NodeLines> NodeText<'_, N> {
+    fn chunks(&self) -> usize {
+        self.nodes.count().div_ceil(CHUNK_NODES)
+    }
+
+    /// Appends the lines of the nodes of chunk `chunk` to `line`.
+    fn format_chunk(&self, chunk: usize, line: &mut Vec<u8>) {
+        let first = chunk * CHUNK_NODES;
+        let mut num = itoa::Buffer::new();
+        let last = self.nodes.count().min(first + CHUNK_NODES);
+        for i in first..last {
+            let n = self.nodes.line(i);
+            line.extend_from_slice(if i == 0 { b"\n" } else { b",\n" });
+            line.extend_from_slice(b"{\"id\":");
+            line.extend_from_slice(num.format(i).as_bytes());
+            line.extend_from_slice(b",\"parent\":");
+            line.extend_from_slice(num.format(n.parent).as_bytes());
+            line.extend_from_slice(b",\"frame\":");
+            line.extend_from_slice(num.format(n.frame).as_bytes());
+            line.extend_from_slice(b",\"callsite\":");
+            line.extend_from_slice(num.format(n.callsite).as_bytes());
+            let counters: [(&[u8], u64); 6] = [
+                (b",\"samples\":", n.samples),
+                (b",\"weight\":", n.weight),
+                (b",\"calls\":", n.calls),
+                (b",\"total_samples\":", self.samples[i]),
+                (b",\"total_weight\":", self.weight[i]),
+                (b",\"total_calls\":", self.calls[i]),
+            ];
+            for (key, value) in counters {
+                line.extend_from_slice(key);
+                line.extend_from_slice(num.format(value).as_bytes());
+            }
+            if !n.blocks.is_empty() {
+                line.extend_from_slice(b",\"blocks\":[");
+                for (k, b) in n.blocks.iter().enumerate() {
+                    line.extend_from_slice(if k == 0 { b"{\"start_bci\":" } else { b",{\"start_bci\":" });
+                    line.extend_from_slice(num.format(b.start_bci).as_bytes());
+                    line.extend_from_slice(b",\"end_bci\":");
+                    line.extend_from_slice(num.format(b.end_bci).as_bytes());
+                    line.extend_from_slice(b",\"count\":");
+                    line.extend_from_slice(num.format(b.count).as_bytes());
+                    line.push(b'}');
+                }
+                line.push(b']');
+            }
+            line.extend_from_slice(b",\"children\":[");
+            let mut child = |k: usize, c: u32| {
+                if k > 0 {
+                    line.push(b',');
+                }
+                line.extend_from_slice(num.format(c).as_bytes());
+            };
+            match n.children {
+                Children::Listed(list) => list.iter().enumerate().for_each(|(k, &c)| child(k, c)),
+                Children::Run(run) => run.enumerate().for_each(|(k, c)| child(k, c)),
+            }
+            line.extend_from_slice(b"]}");
+        }
+    }
+}
+
+/// Writes every node's line, in node order. A large tree is formatted by helper threads, one per core,
+/// chunk `c` by helper `c % n`, while the calling thread only writes: an exact profile of millions of
+/// contexts is written when the JVM exits, which waits for it, and the application's own threads have
+/// stopped, so the cores are free; copying the text into the page cache is the longest part, and it
+/// takes one thread. Each helper reuses the buffers the writer hands back, so the text is never held
+/// whole and fresh memory is touched only for the first few chunks.
+fn write_nodes<N: NodeLines>(text: &NodeText<'_, N>, out: &mut dyn Write) -> std::io::Result<()> {
+    let formatters = if text.nodes.count() < PARALLEL_NODES {
+        0
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_FORMATTERS)
+    };
+    write_nodes_with(text, out, formatters)
+}
+
+/// [`write_nodes`] with `formatters` helper threads (none: the calling thread formats too).
+fn write_nodes_with<N: NodeLines>(
+    text: &NodeText<'_, N>,
+    out: &mut dyn Write,
+    formatters: usize,
+) -> std::io::Result<()> {
+    let chunks = text.chunks();
+    let formatters = formatters.min(chunks);
+    let format_here = |out: &mut dyn Write| {
+        let mut line = Vec::with_capacity(CHUNK_NODES * 192);
+        (0..chunks).try_for_each(|c| {
+            line.clear();
+            text.format_chunk(c, &mut line);
+            out.write_all(&line)
+        })
+    };
+    if formatters == 0 {
+        return format_here(out);
+    }
+    std::thread::scope(|scope| {
+        // Helper h formats chunks h, h + n, ...; it sends each chunk's text on `texts` and takes the next
+        // buffer from `spares` (two in flight per helper).
+        let mut helpers = Vec::with_capacity(formatters);
+        for h in 0..formatters {
+            let (text_tx, texts) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
+            let (spare_tx, spares) = std::sync::mpsc::channel::<Vec<u8>>();
+            let spawned = std::thread::Builder::new().name("kprof-json".into()).spawn_scoped(scope, move || {
+                let mut buf = Vec::with_capacity(CHUNK_NODES * 192);
+                for c in (h..chunks).step_by(formatters) {
+                    buf.clear();
+                    text.format_chunk(c, &mut buf);
+                    // The writer stopped (a write failed): nothing more to do.
+                    if text_tx.send(buf).is_err() {
+                        return;
+                    }
+                    buf = spares.try_recv().unwrap_or_default();
+                }
+            });
+            if spawned.is_err() {
+                break;
+            }
+            helpers.push((texts, spare_tx));
+        }
+        if helpers.len() < formatters {
+            // No thread for every formatter: the helpers started stop at their first send (the receivers
+            // go with `helpers`), and this thread formats everything.
+            drop(helpers);
+            return format_here(out);
+        }
+        for c in 0..chunks {
+            let (texts, spare_tx) = &helpers[c % formatters];
+            let buf = texts.recv().map_err(|_| std::io::Error::other("a JSON formatter thread failed"))?;
+            out.write_all(&buf)?;
+            let _ = spare_tx.send(buf);
+        }
+        Ok(())
+    })
+}
+
+/// Writes `value` as JSON.
+fn write<T: Serialize>(out: &mut dyn Write, value: &T) -> std::io::Result<()> {
+    serde_json::to_writer(out, value).map_err(std::io::Error::from)
+}
+
+/// Reads a `kprof-cct` JSON document back into the profile it was written from. The inclusive totals
+/// and frame names in the file are ignored (they follow from the rest). Nodes may give `children`, or
+/// only `parent` (then children are in file order).
+pub fn parse(text: &str) -> Result<Profile, String> {
+    let doc: DocIn = serde_json::from_str(text).map_err(|e| format!("not a kprof JSON profile: {e}"))?;
+    if doc.format != FORMAT {
+        return Err(format!("format is '{}', expected '{FORMAT}'", doc.format));
+    }
+    if doc.version != VERSION {
+        return Err(format!("version {} is not supported (this kprof reads version {VERSION})", doc.version));
+    }
+    let m = doc.meta;
+    let default_metric = match m.default_metric.as_deref() {
+        None => None,
+        Some(s) => Some(Metric::parse(s).ok_or_else(|| format!("meta.default_metric '{s}' is not a metric"))?),
+    };
+    let weight_unit = WeightUnit::parse(&m.weight_unit)
+        .ok_or_else(|| format!("meta.weight_unit '{}' is not one of none, cpu_ns, bytecodes", m.weight_unit))?;
+    let meta = Meta {
+        mode: m.mode,
+        weight_unit,
+        default_metric,
+        interval: m.interval,
+        timer: m.timer,
+        jvm: m.jvm,
+        start_unix_ms: m.start_unix_ms,
+        duration_ns: m.duration_ns,
+        counters: m.counters,
+    };
+    let mut frames = Vec::with_capacity(doc.frames.len());
+    for (i, f) in doc.frames.into_iter().enumerate() {
+        let kind = FrameKind::parse(&f.kind)
+            .ok_or_else(|| format!("frames[{i}].kind '{}' is not one of java, native, pseudo, thread", f.kind))?;
+        frames.push(Frame { kind, class: f.class, method: f.method, signature: f.signature });
+    }
+    let count = doc.nodes.len();
+    if count == 0 {
+        return Err("no nodes (the root is required)".to_string());
+    }
+    if count > u32::MAX as usize {
+        return Err("too many nodes".to_string());
+    }
+    let explicit_children = doc.nodes.iter().any(|n| n.children.is_some());
+    let mut parents = Vec::with_capacity(count);
+    let mut nodes = Vec::with_capacity(count);
+    for (i, n) in doc.nodes.into_iter().enumerate() {
+        if let Some(id) = n.id {
+            if id != i as u64 {
+                return Err(format!("nodes[{i}].id is {id}: nodes must be listed by id"));
+            }
+        }
+        if n.frame >= frames.len() as u64 {
+            return Err(format!("nodes[{i}].frame {} is not a frame index", n.frame));
+        }
+        let valid_parent = if i == 0 { n.parent == -1 } else { n.parent >= 0 && (n.parent as u64) < count as u64 };
+        if !valid_parent {
+            return Err(format!("nodes[{i}].parent {} is not valid (the root, node 0, has parent -1)", n.parent));
+        }
+        let mut children = Vec::new();
+        for c in n.children.unwrap_or_default() {
+            if c == 0 || c >= count as u64 {
+                return Err(format!("nodes[{i}].children has {c}, not a node index"));
+            }
+            children.push(c as u32);
+        }
+        parents.push(n.parent);
+        nodes.push(Node {
+            frame: n.frame as u32,
+            callsite: n.callsite,
+            samples: n.samples,
+            weight: n.weight,
+            calls: n.calls,
+            blocks: n
+                .blocks
+                .into_iter()
+                .map(|b| BlockCount { start_bci: b.start_bci, end_bci: b.end_bci, count: b.count })
+                .collect(),
+            children,
+        });
+    }
+    if !explicit_children {
+        for (i, &p) in parents.iter().enumerate().skip(1) {
+            nodes[p as usize].children.push(i as u32);
+        }
+    }
+    check_tree(&nodes, &parents)?;
+    Ok(Profile { meta, frames, nodes })
+}
+
+/// Every node but the root is listed as a child exactly once, by its own parent, and is reachable from
+/// the root.
+fn check_tree(nodes: &[Node], parents: &[i64]) -> Result<(), String> {
+    let mut listed = vec![false; nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        for &c in &n.children {
+            if parents[c as usize] != i as i64 {
+                return Err(format!("nodes[{i}] lists child {c}, whose parent is {}", parents[c as usize]));
+            }
+            if std::mem::replace(&mut listed[c as usize], true) {
+                return Err(format!("node {c} is listed twice as a child"));
+            }
+        }
+    }
+    if let Some(i) = (1..nodes.len()).find(|&i| !listed[i]) {
+        return Err(format!("node {i} is not listed among its parent's children"));
+    }
+    let mut seen = 0usize;
+    let mut work = vec![0u32];
+    while let Some(n) = work.pop() {
+        seen += 1;
+        work.extend_from_slice(&nodes[n as usize].children);
+    }
+    if seen != nodes.len() {
+        return Err(format!("{} nodes are not reachable from the root", nodes.len() - seen));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Profile {
+        let mut meta = Meta {
+            mode: "exact".into(),
+            weight_unit: WeightUnit::Bytecodes,
+            default_metric: Some(Metric::Calls),
+            interval: 0,
+            timer: String::new(),
+            jvm: "OpenJDK 64-Bit Server VM 21.0.2".into(),
+            start_unix_ms: 1_700_000_000_123,
+            duration_ns: 2_500_000_000,
+            counters: BTreeMap::new(),
+        };
+        meta.counters.insert("classes_rewritten".into(), 812);
+        let mut p = Profile::new(meta);
+        let main = p.intern(Frame::java("a.Main", "main", "([Ljava/lang/String;)V"));
+        let f = p.intern(Frame::java("a.B$C", "f\"quoted\"\\", "(IJ)Ljava/lang/Object;"));
+        let n = p.intern(Frame { kind: FrameKind::Native, ..Frame::java("java.lang.Object", "hashCode", "()I") });
+        let t = p.intern(Frame::thread("pool-1 \u{1F600} <worker>"));
+        let nt = p.add_child(0, t, -1);
+        let nm = p.add_child(nt, main, -1);
+        let a = p.add_child(nm, f, 4);
+        let b = p.add_child(nm, f, 17);
+        let c = p.add_child(a, n, 2);
+        p.nodes[nm as usize].calls = 1;
+        p.nodes[a as usize].calls = 10;
+        p.nodes[a as usize].weight = 1234;
+        p.nodes[a as usize].blocks =
+            vec![BlockCount { start_bci: 0, end_bci: 5, count: 10 }, BlockCount { start_bci: 5, end_bci: 9, count: 3 }];
+        p.nodes[b as usize].calls = 7;
+        p.nodes[c as usize].calls = 10;
+        p.nodes[c as usize].samples = 2;
+        p
+    }
+
+    #[test]
+    fn round_trips_to_an_equal_profile() {
+        let p = sample();
+        let text = String::from_utf8(render(&p)).unwrap();
+        let back = parse(&text).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(render(&back), text.as_bytes());
+    }
+
+    #[test]
+    fn golden_document() {
+        let mut p = Profile::new(Meta { mode: "asgct".into(), weight_unit: WeightUnit::CpuNanos, ..Meta::default() });
+        let f = p.intern(Frame::java("A", "f", "()V"));
+        let n = p.add_child(0, f, 3);
+        p.nodes[n as usize].samples = 2;
+        p.nodes[n as usize].weight = 2_000_000;
+        let text = String::from_utf8(render(&p)).unwrap();
+        let expected = r#"{"format":"kprof-cct","version":1,
+"meta":{"mode":"asgct","weight_unit":"cpu_ns","default_metric":null,"interval":0,"timer":"","jvm":"","start_unix_ms":0,"duration_ns":0,"counters":{}},
+"totals":{"samples":2,"weight":2000000,"calls":0},
+"frames":[
+{"kind":"pseudo","class":"","method":"[root]","signature":"","name":"[root]"},
+{"kind":"java","class":"A","method":"f","signature":"()V","name":"A.f()void"}],
+"nodes":[
+{"id":0,"parent":-1,"frame":0,"callsite":-1,"samples":0,"weight":0,"calls":0,"total_samples":2,"total_weight":2000000,"total_calls":0,"children":[1]},
+{"id":1,"parent":0,"frame":1,"callsite":3,"samples":2,"weight":2000000,"calls":0,"total_samples":2,"total_weight":2000000,"total_calls":0,"children":[]}]}
+"#;
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn reads_nodes_given_by_parent_only() {
+        let text = r#"{"format":"kprof-cct","version":1,"meta":{"mode":"script","weight_unit":"none"},
+            "frames":[{"kind":"pseudo","method":"[root]"},{"kind":"java","class":"A","method":"f"}],
+            "nodes":[{"parent":-1,"frame":0},{"parent":0,"frame":1,"samples":3},{"parent":1,"frame":1,"samples":1}]}"#;
+        let p = parse(text).unwrap();
+        assert_eq!(p.totals(Metric::Samples), vec![4, 4, 1]);
+        assert_eq!(p.nodes[1].children, vec![2]);
+        assert_eq!(p.nodes[1].callsite, -1);
+    }
+
+    #[test]
+    fn rejects_malformed_documents() {
+        let good = String::from_utf8(render(&sample())).unwrap();
+        let cases: Vec<(String, &str)> = vec![
+            ("{}".into(), "not a kprof JSON profile"),
+            (good.replace("kprof-cct", "other"), "format is 'other'"),
+            (good.replace("\"version\":1", "\"version\":2"), "version 2 is not supported"),
+            (good.replace("\"kind\":\"thread\"", "\"kind\":\"robot\""), "kind 'robot'"),
+            (good.replace("\"weight_unit\":\"bytecodes\"", "\"weight_unit\":\"furlongs\""), "weight_unit"),
+            (good.replace("\"children\":[3,4]", "\"children\":[3,3]"), "listed twice"),
+            (good.replace("\"children\":[3,4]", "\"children\":[3]"), "not listed"),
+            (good.replace("\"id\":2,\"parent\":1", "\"id\":2,\"parent\":7"), "parent 7 is not valid"),
+            (good.replace("\"id\":0,\"parent\":-1,\"frame\":0", "\"id\":0,\"parent\":-1,\"frame\":99"), "frame 99"),
+        ];
+        for (text, want) in cases {
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains(want), "{err} (wanted {want})");
+        }
+        // A cycle detached from the root.
+        let text = r#"{"format":"kprof-cct","version":1,"meta":{"mode":"x","weight_unit":"none"},
+            "frames":[{"kind":"pseudo","method":"[root]"}],
+            "nodes":[{"parent":-1,"frame":0,"children":[]},{"parent":2,"frame":0,"children":[2]},
+                     {"parent":1,"frame":0,"children":[1]}]}"#;
+        assert!(parse(text).unwrap_err().contains("not reachable"));
+    }
+
+    #[test]
+    fn deep_trees_round_trip_without_recursion() {
+        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() });
+        let f = p.intern(Frame::java("A", "r", "()V"));
+        let mut n = 0;
+        for i in 0..100_000 {
+            n = p.add_child(n, f, i % 7);
+        }
+        p.nodes[n as usize].samples = 5;
+        let text = String::from_utf8(render(&p)).unwrap();
+        let back = parse(&text).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn a_large_tree_formatted_by_several_threads_is_the_same_text() {
+        let mut p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() });
+        let frames: Vec<u32> = (0..50).map(|i| p.intern(Frame::java("a.M", &format!("m{i}"), "()V"))).collect();
+        // 3 chunks and a bit of a fourth; parents spread over the whole tree.
+        let count = 3 * CHUNK_NODES + 123;
+        let mut x = 12345u64;
+        for i in 1..count as u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let parent = ((x >> 33) % i) as u32;
+            let n = p.add_child(parent, frames[(x >> 20) as usize % frames.len()], (i % 7) as i32);
+            p.nodes[n as usize].calls = i;
+            p.nodes[n as usize].weight = i * 3;
+        }
+        let [samples, weight, calls] = p.all_totals();
+        assert_eq!(calls[0], (1..count as u64).sum::<u64>());
+        let parents = p.parents();
+        let nodes = ProfileNodes { profile: &p, parents: &parents };
+        let text = NodeText { nodes: &nodes, samples: &samples, weight: &weight, calls: &calls };
+        let mut one = Vec::new();
+        write_nodes_with(&text, &mut one, 0).unwrap();
+        for formatters in [1, 2, 3, 4, 8] {
+            let mut many = Vec::new();
+            write_nodes_with(&text, &mut many, formatters).unwrap();
+            assert!(one == many, "{formatters} formatters wrote other text");
+        }
+        assert_eq!(one.iter().filter(|&&b| b == b'\n').count(), count);
+        // The whole document, with the parallel path the writer takes on its own, reads back the same.
+        let back = parse(std::str::from_utf8(&render(&p)).unwrap()).unwrap();
+        assert_eq!(back.nodes.len(), count);
+        assert!(back.nodes.iter().zip(&p.nodes).all(|(a, b)| a.calls == b.calls && a.children == b.children));
+    }
+
+    #[test]
+    fn a_failed_write_stops_the_formatters() {
+        struct Full(usize);
+        impl Write for Full {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if self.0 < buf.len() {
+                    return Err(std::io::Error::other("disk full"));
+                }
+                self.0 -= buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() });
+        let f = p.intern(Frame::java("a.M", "m", "()V"));
+        for i in 1..(6 * CHUNK_NODES) as u32 {
+            p.add_child(i - 1, f, 1);
+        }
+        let [samples, weight, calls] = p.all_totals();
+        let parents = p.parents();
+        let nodes = ProfileNodes { profile: &p, parents: &parents };
+        let text = NodeText { nodes: &nodes, samples: &samples, weight: &weight, calls: &calls };
+        let err = write_nodes_with(&text, &mut Full(3 << 20), 3).unwrap_err();
+        assert_eq!(err.to_string(), "disk full");
+    }
+}

@@ -1,0 +1,527 @@
+//! Agent options: `-agentpath:libkprof.so=key=value,key=value,...`.
+//!
+//! Every problem is reported as one line that names the option and what it accepts; the agent then
+//! refuses to start (or, on attach, refuses the command) rather than profile something the user did not
+//! ask for.
+
+use kprof_profile::output::Format;
+use kprof_profile::Metric;
+pub use kprof_timers::TimerKind;
+use std::fmt;
+
+/// What the agent profiles.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// CPU-time sampling from a timer signal with AsyncGetCallTrace.
+    Asgct,
+    /// Deterministic bytecode-count sampling (class rewriting).
+    Bytecode,
+    /// Complete calling-context profile (class rewriting).
+    Exact,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Asgct => "asgct",
+            Mode::Bytecode => "bytecode",
+            Mode::Exact => "exact",
+        }
+    }
+}
+
+/// One output file: where and in which format.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct OutputFile {
+    /// The path as given, with `%p` (pid) and `%t` (start time, seconds since the epoch) not yet expanded.
+    pub path: String,
+    pub format: Format,
+}
+
+/// Parsed agent options.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Options {
+    pub mode: Mode,
+    /// Sampling interval in nanoseconds (asgct).
+    pub interval_ns: u64,
+    pub timer: TimerKind,
+    pub files: Vec<OutputFile>,
+    /// The counter collapsed stacks and the flame graph show; `None`: the mode's default.
+    pub metric: Option<Metric>,
+    /// A root per thread.
+    pub threads: bool,
+    /// Maximum stack depth recorded; deeper stacks are cut and marked `[truncated]`.
+    pub depth: u32,
+    /// Arena size of the calling context tree, MiB, as given (0: not given; see [`Options::cct_mb`]).
+    pub cct_mb: u32,
+    /// Print the option help and exit.
+    pub help: bool,
+    /// Stop profiling after this long (nanoseconds); 0 = never.
+    pub duration_ns: u64,
+    /// Write a snapshot of the profile at this interval (nanoseconds); 0 = only at the end.
+    pub dump_ns: u64,
+    /// Open the control socket (`kprof start|stop|dump|status`).
+    pub control: bool,
+    /// bytecode: bytecodes between samples.
+    pub gran: u32,
+    /// bytecode: a random 0..rand added to each period.
+    pub rand: u32,
+    /// bytecode/exact: longest block and longest unchecked path, in bytecodes (0: no limit).
+    pub maxpath: u32,
+    /// bytecode/exact: keep callsites apart in the CCT.
+    pub callsite: bool,
+    /// exact: count every basic block per calling context.
+    pub bb: bool,
+    /// bytecode/exact: only classes matching one of these patterns are rewritten (empty: all).
+    pub include: Vec<String>,
+    /// bytecode/exact: classes matching these patterns are not rewritten.
+    pub exclude: Vec<String>,
+}
+
+impl Options {
+    /// Arena size of the calling context tree, MiB: as given, else by mode. Exact mode's trees hold every
+    /// context a program ran (millions for a compiler); untouched pages of the arena cost nothing. Exact
+    /// mode's per-thread trees may take as much again, together (no more than a quarter of the machine's
+    /// memory).
+    pub fn cct_mb(&self) -> u32 {
+        match (self.cct_mb, self.mode) {
+            (0, Mode::Exact) => 1024,
+            (0, _) => 256,
+            (mb, _) => mb,
+        }
+    }
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            mode: Mode::Asgct,
+            interval_ns: 10_000_000,
+            timer: TimerKind::Auto,
+            files: Vec::new(),
+            metric: None,
+            threads: false,
+            depth: 2048,
+            cct_mb: 0,
+            help: false,
+            duration_ns: 0,
+            dump_ns: 0,
+            control: true,
+            gran: 10_000,
+            rand: 100,
+            maxpath: 50,
+            callsite: true,
+            bb: false,
+            include: Vec::new(),
+            exclude: Vec::new(),
+        }
+    }
+}
+
+/// The file written when no `file=` is given.
+pub const DEFAULT_FILE: &str = "kprof-%p.html";
+
+/// A problem with the options: one line naming the option and what it accepts.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct OptionError(pub String);
+
+impl fmt::Display for OptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Every option: key, accepted values, default, meaning. The help text and the README table come from
+/// here.
+pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
+    ("mode", "asgct | bytecode | exact", "asgct", "what to profile"),
+    ("interval", "duration 10us..10s (ns, us, ms, s)", "10ms", "asgct: CPU time between samples of a thread"),
+    ("timer", "auto | perf | ctimer | itimer", "auto", "asgct: perf if allowed, else ctimer; itimer only on request"),
+    (
+        "file",
+        "path ending .html .collapsed .folded .json .pb.gz .pprof .txt (repeatable; %p = pid, %t = time)",
+        DEFAULT_FILE,
+        "where to write the profile",
+    ),
+    (
+        "format",
+        "collapsed | html | json | pprof | text",
+        "from the extension",
+        "format of file= paths whose extension says none",
+    ),
+    ("metric", Metric::ACCEPTED, "samples (exact: calls)", "the counter collapsed stacks, flame graph and text show"),
+    ("threads", "on | off", "off", "a root per thread"),
+    ("depth", "1..8192", "2048", "deepest stack recorded; deeper stacks are cut at [truncated]"),
+    (
+        "cct_mb",
+        "1..65536",
+        "256 (exact: 1024)",
+        "calling context tree arena, MiB (pages are used lazily); exact: threads' own trees may take as much",
+    ),
+    ("duration", "duration (0 = until exit)", "0", "stop profiling after this long"),
+    ("dump", "duration (0 = only at exit)", "0", "also write the profile at this interval while running"),
+    ("gran", "1..1000000000", "10000", "bytecode: bytecodes between two samples of a thread"),
+    ("rand", "0..1000000000", "100", "bytecode: a random 0..rand-1 added to each period (fixed seed: reproducible)"),
+    (
+        "maxpath",
+        "0..65535 (0 = no limit)",
+        "50",
+        "bytecode/exact: longest block and longest path without a check, bytecodes",
+    ),
+    ("callsite", "on | off", "off (bytecode), on (exact)", "bytecode/exact: keep calls from different callsites apart"),
+    ("bb", "on | off", "off", "exact: also count every basic block in every calling context"),
+    (
+        "include",
+        "class pattern, * and ? wildcards (repeatable, or :-separated)",
+        "all",
+        "bytecode/exact: rewrite only matching classes",
+    ),
+    (
+        "exclude",
+        "class pattern, * and ? wildcards (repeatable, or :-separated)",
+        "none",
+        "bytecode/exact: do not rewrite matching classes",
+    ),
+    ("control", "on | off", "on", "open the control socket that kprof start/stop/dump/status use"),
+    ("help", "(no value)", "", "print this help and exit"),
+];
+
+/// The help text: one line per option.
+pub fn help_text() -> String {
+    let mut s = String::from("kprof agent options: -agentpath:/path/to/libkprof.so=key=value,key=value,...\n");
+    for (key, accepts, default, meaning) in OPTIONS {
+        let default = if default.is_empty() { String::new() } else { format!(" [default {default}]") };
+        s.push_str(&format!("  {key:<9} {meaning}: {accepts}{default}\n"));
+    }
+    s
+}
+
+fn accepted(key: &str) -> &'static str {
+    OPTIONS.iter().find(|o| o.0 == key).map(|o| o.1).unwrap_or("")
+}
+
+fn bad(key: &str, value: &str) -> OptionError {
+    OptionError(format!("kprof: bad option '{key}={value}': accepted: {}", accepted(key)))
+}
+
+/// Parses a duration with a unit: `100us`, `1ms`, `10ms`, `1s`, `250ns`; also `1.5ms`. A bare `0` is zero.
+pub fn parse_duration(s: &str) -> Option<u64> {
+    if s == "0" {
+        return Some(0);
+    }
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (num, unit) = s.split_at(split);
+    let scale: f64 = match unit {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" | "min" => 60e9,
+        _ => return None,
+    };
+    if num.is_empty() || num.matches('.').count() > 1 {
+        return None;
+    }
+    let v: f64 = num.parse().ok()?;
+    let ns = v * scale;
+    if !ns.is_finite() || ns > 1e18 {
+        return None;
+    }
+    Some(ns.round() as u64)
+}
+
+fn parse_switch(key: &str, value: Option<&str>) -> Result<bool, OptionError> {
+    match value {
+        None | Some("on") | Some("true") | Some("yes") | Some("1") => Ok(true),
+        Some("off") | Some("false") | Some("no") | Some("0") => Ok(false),
+        Some(v) => Err(bad(key, v)),
+    }
+}
+
+fn parse_range(key: &str, value: &str, lo: u64, hi: u64) -> Result<u64, OptionError> {
+    match value.parse::<u64>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        _ => Err(bad(key, value)),
+    }
+}
+
+impl Options {
+    /// Parses the agent's option string (`None` or empty: all defaults).
+    pub fn parse(text: Option<&str>) -> Result<Options, OptionError> {
+        let mut o = Options::default();
+        let mut format: Option<Format> = None;
+        let mut paths: Vec<String> = Vec::new();
+        let mut callsite_given = false;
+        for item in text.unwrap_or("").split(',') {
+            let item = item.trim();
+            if item.is_empty() {
+                continue;
+            }
+            let (key, value) = match item.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (item, None),
+            };
+            let need = || value.filter(|v| !v.is_empty()).ok_or_else(|| bad(key, ""));
+            match key {
+                "mode" => {
+                    o.mode = match need()? {
+                        "asgct" => Mode::Asgct,
+                        "bytecode" => Mode::Bytecode,
+                        "exact" => Mode::Exact,
+                        v => return Err(bad(key, v)),
+                    }
+                }
+                "interval" => {
+                    let v = need()?;
+                    o.interval_ns = match parse_duration(v) {
+                        Some(ns) if (10_000..=10_000_000_000).contains(&ns) => ns,
+                        _ => return Err(bad(key, v)),
+                    }
+                }
+                "timer" => {
+                    let v = need()?;
+                    o.timer = TimerKind::from_name(v).ok_or_else(|| bad(key, v))?;
+                }
+                "file" => paths.push(need()?.to_string()),
+                "format" => {
+                    let v = need()?;
+                    format = Some(Format::parse(v).ok_or_else(|| bad(key, v))?);
+                }
+                "metric" => {
+                    let v = need()?;
+                    o.metric = Some(Metric::parse(v).ok_or_else(|| bad(key, v))?);
+                }
+                "threads" => o.threads = parse_switch(key, value)?,
+                "control" => o.control = parse_switch(key, value)?,
+                "callsite" => {
+                    o.callsite = parse_switch(key, value)?;
+                    callsite_given = true;
+                }
+                "bb" => o.bb = parse_switch(key, value)?,
+                "gran" => o.gran = parse_range(key, need()?, 1, 1_000_000_000)? as u32,
+                "rand" => o.rand = parse_range(key, need()?, 0, 1_000_000_000)? as u32,
+                "maxpath" => o.maxpath = parse_range(key, need()?, 0, 65535)? as u32,
+                "include" | "exclude" => {
+                    let v = need()?;
+                    let patterns = v.split(':').filter(|p| !p.is_empty()).map(str::to_string);
+                    if key == "include" {
+                        o.include.extend(patterns);
+                    } else {
+                        o.exclude.extend(patterns);
+                    }
+                }
+                "depth" => o.depth = parse_range(key, need()?, 1, 8192)? as u32,
+                "cct_mb" => o.cct_mb = parse_range(key, need()?, 1, 65536)? as u32,
+                "duration" | "dump" => {
+                    let v = need()?;
+                    let ns = parse_duration(v).ok_or_else(|| bad(key, v))?;
+                    if ns != 0 && ns < 1_000_000 {
+                        return Err(bad(key, v));
+                    }
+                    if key == "duration" {
+                        o.duration_ns = ns;
+                    } else {
+                        o.dump_ns = ns;
+                    }
+                }
+                "help" => o.help = true,
+                _ => {
+                    let keys: Vec<&str> = OPTIONS.iter().map(|o| o.0).collect();
+                    return Err(OptionError(format!("kprof: unknown option '{key}': accepted: {}", keys.join(", "))));
+                }
+            }
+        }
+        if paths.is_empty() {
+            paths.push(DEFAULT_FILE.to_string());
+        }
+        for path in paths {
+            let fmt = match (Format::from_path(&path), format) {
+                (Some(f), _) => f,
+                (None, Some(f)) => f,
+                (None, None) => {
+                    return Err(OptionError(format!(
+                        "kprof: bad option 'file={path}': the extension names no format; accepted: {} (or add format=)",
+                        accepted("file")
+                    )))
+                }
+            };
+            o.files.push(OutputFile { path, format: fmt });
+        }
+        if !callsite_given {
+            // Bytecode mode keeps callsites apart only on request: recording a callsite costs a store
+            // before every call (xalan: 4.6x against 3.7x, docs/BENCHMARKS.md), and samples are
+            // attributed to methods either way. Exact mode is callsite-aware by default.
+            o.callsite = o.mode != Mode::Bytecode;
+        }
+        if o.bb && o.mode != Mode::Exact {
+            return Err(OptionError(format!(
+                "kprof: bad option 'bb=on': accepted only with mode=exact (this is mode={})",
+                o.mode.name()
+            )));
+        }
+        Ok(o)
+    }
+
+    /// Whether the dotted class name `class` is to be rewritten under `include=`/`exclude=`.
+    pub fn class_selected(&self, class: &str) -> bool {
+        (self.include.is_empty() || self.include.iter().any(|p| glob(p, class)))
+            && !self.exclude.iter().any(|p| glob(p, class))
+    }
+
+    /// The metric views use: `metric=` or the mode's default.
+    pub fn effective_metric(&self) -> Metric {
+        self.metric.unwrap_or(match self.mode {
+            Mode::Exact => Metric::Calls,
+            _ => Metric::Samples,
+        })
+    }
+}
+
+/// Matches `text` against `pattern`, where `*` matches any run of characters and `?` one character.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // Iterative matching with one backtrack point for the last `*`: linear for typical patterns.
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Expands `%p` (pid), `%t` (seconds since the epoch at start) and `%n` (the number of the write: 1 for
+/// the first dump, 2 for the next, ...) in an output path.
+pub fn expand_path(path: &str, pid: u32, start_secs: u64, write_number: u32) -> String {
+    path.replace("%p", &pid.to_string()).replace("%t", &start_secs.to_string()).replace("%n", &write_number.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let o = Options::parse(None).unwrap();
+        assert_eq!(o.mode, Mode::Asgct);
+        assert_eq!(o.interval_ns, 10_000_000);
+        assert_eq!(o.timer, TimerKind::Auto);
+        assert_eq!(o.files, vec![OutputFile { path: DEFAULT_FILE.into(), format: Format::Html }]);
+        assert_eq!(o.effective_metric(), Metric::Samples);
+    }
+
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(parse_duration("100us"), Some(100_000));
+        assert_eq!(parse_duration("1ms"), Some(1_000_000));
+        assert_eq!(parse_duration("10ms"), Some(10_000_000));
+        assert_eq!(parse_duration("1s"), Some(1_000_000_000));
+        assert_eq!(parse_duration("1.5ms"), Some(1_500_000));
+        assert_eq!(parse_duration("250ns"), Some(250));
+        assert_eq!(parse_duration("0"), Some(0));
+        for bad in ["", "10", "ms", "1x", "1..2ms", "-1ms", "1e3ms"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn full_option_string() {
+        let o = Options::parse(Some("mode=asgct,interval=1ms,timer=perf,file=/tmp/a.html,file=/tmp/b.collapsed,metric=cpu,threads,depth=64,cct_mb=16")).unwrap();
+        assert_eq!(o.interval_ns, 1_000_000);
+        assert_eq!(o.timer, TimerKind::Perf);
+        assert_eq!(o.files.len(), 2);
+        assert_eq!(o.files[1].format, Format::Collapsed);
+        assert_eq!(o.metric, Some(Metric::Weight));
+        assert!(o.threads);
+        assert_eq!((o.depth, o.cct_mb()), (64, 16));
+    }
+
+    #[test]
+    fn the_arena_defaults_by_mode_unless_given() {
+        let mb = |s: &str| Options::parse(Some(s)).unwrap().cct_mb();
+        assert_eq!(mb("mode=asgct"), 256);
+        assert_eq!(mb("mode=bytecode"), 256);
+        assert_eq!(mb("mode=exact"), 1024);
+        assert_eq!(mb("mode=exact,cct_mb=64"), 64);
+    }
+
+    #[test]
+    fn format_applies_to_files_without_a_known_extension() {
+        let o = Options::parse(Some("file=/tmp/prof.out,format=json,file=/tmp/x.html")).unwrap();
+        assert_eq!(o.files[0].format, Format::Json);
+        assert_eq!(o.files[1].format, Format::Html);
+    }
+
+    #[test]
+    fn every_kind_of_bad_option_gives_one_line_naming_it() {
+        let cases = [
+            ("bogus=1", "unknown option 'bogus'"),
+            ("mode=fast", "'mode=fast'"),
+            ("mode=exactly", "'mode=exactly'"),
+            ("bb=some", "'bb=some'"),
+            ("mode=bytecode,bb=on", "'bb=on'"),
+            ("gran=0", "'gran=0'"),
+            ("rand=-1", "'rand=-1'"),
+            ("maxpath=70000", "'maxpath=70000'"),
+            ("callsite=sometimes", "'callsite=sometimes'"),
+            ("include=", "'include='"),
+            ("interval=5", "'interval=5'"),
+            ("interval=1us", "'interval=1us'"),
+            ("interval=20s", "'interval=20s'"),
+            ("interval=", "'interval='"),
+            ("timer=hpet", "'timer=hpet'"),
+            ("file=/tmp/x.bin", "'file=/tmp/x.bin'"),
+            ("format=svg", "'format=svg'"),
+            ("metric=heat", "'metric=heat'"),
+            ("threads=maybe", "'threads=maybe'"),
+            ("depth=0", "'depth=0'"),
+            ("depth=99999", "'depth=99999'"),
+            ("cct_mb=lots", "'cct_mb=lots'"),
+            ("duration=5", "'duration=5'"),
+        ];
+        for (input, needle) in cases {
+            let err = Options::parse(Some(input)).unwrap_err().0;
+            assert!(err.contains(needle), "{input}: {err}");
+            assert!(err.contains("accepted"), "{input}: {err}");
+            assert!(!err.contains('\n'), "{input}: {err}");
+        }
+    }
+
+    #[test]
+    fn help_lists_every_option() {
+        let h = help_text();
+        for (key, ..) in OPTIONS {
+            assert!(h.contains(&format!("  {key} ")), "{key}");
+        }
+    }
+
+    #[test]
+    fn class_patterns() {
+        assert!(glob("com.example.*", "com.example.a.B"));
+        assert!(glob("*Test", "a.FooTest"));
+        assert!(!glob("*Test", "a.FooTests"));
+        assert!(glob("a.?.C", "a.b.C"));
+        assert!(glob("*", ""));
+        let o = Options::parse(Some("mode=bytecode,include=a.*:b.*,exclude=a.internal.*")).unwrap();
+        assert!(o.class_selected("a.X") && o.class_selected("b.Y"));
+        assert!(!o.class_selected("a.internal.Z") && !o.class_selected("c.W"));
+        let all = Options::parse(Some("mode=bytecode")).unwrap();
+        assert!(all.class_selected("anything.At.All"));
+    }
+
+    #[test]
+    fn paths_expand_pid_and_time() {
+        assert_eq!(expand_path("/tmp/kprof-%p-%t-%n.html", 42, 7, 3), "/tmp/kprof-42-7-3.html");
+    }
+}
