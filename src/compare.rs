@@ -72,7 +72,7 @@ fn describe(label: &str, file: &str, p: &Profile, metric: Metric, total: u64, co
         "{label}: {file} (mode {}): {} {} in {} contexts",
         if p.meta.mode.is_empty() { "unknown" } else { &p.meta.mode },
         thousands(total),
-        metric.name(p.meta.weight_unit),
+        metric.name(),
         thousands(contexts as u64)
     )
 }
@@ -140,7 +140,7 @@ fn text_output(args: &Args, a: &Profile, b: &Profile, c: &Comparison) -> String 
     out
 }
 
-fn json_output(args: &Args, c: &Comparison, a: &Profile, b: &Profile) -> String {
+fn json_output(args: &Args, c: &Comparison) -> String {
     let contexts: Vec<serde_json::Value> = c
         .differ_most
         .iter()
@@ -153,7 +153,7 @@ fn json_output(args: &Args, c: &Comparison, a: &Profile, b: &Profile) -> String 
         .collect();
     let doc = serde_json::json!({
         "a": args.files[0], "b": args.files[1],
-        "metric_a": c.metric_a.name(a.meta.weight_unit), "metric_b": c.metric_b.name(b.meta.weight_unit),
+        "metric_a": c.metric_a.name(), "metric_b": c.metric_b.name(),
         "callsites": c.callsites,
         "only": args.only, "left_out_a": c.left_out_a, "left_out_b": c.left_out_b,
         "overlap_percent": c.overlap_percent,
@@ -199,18 +199,29 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     let (a, b) = (&profiles[0], &profiles[1]);
-    let metric_a = args.metric_a.unwrap_or_else(|| a.default_metric());
-    let metric_b = args.metric_b.unwrap_or_else(|| b.default_metric());
+    let resolve = |p: &Profile, file: &str, m: Option<Metric>| match m {
+        Some(m) => p.resolve_metric(m).map_err(|e| format!("kprof compare: {file}: {e}")),
+        None => Ok(p.default_metric()),
+    };
+    let (metric_a, metric_b) =
+        match (resolve(a, &args.files[0], args.metric_a), resolve(b, &args.files[1], args.metric_b)) {
+            (Ok(ma), Ok(mb)) => (ma, mb),
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!("{e}");
+                return 1;
+            }
+        };
     let options = CompareOptions { callsites: args.callsites, top: args.top, only: args.only.clone() };
     let c = compare_with(a, metric_a, b, metric_b, &options);
     for (file, total, p, m) in [(&args.files[0], c.total_a, a, metric_a), (&args.files[1], c.total_b, b, metric_b)] {
         if total == 0 {
-            eprintln!("kprof compare: {file} has no {} (choose another --metric)", m.name(p.meta.weight_unit));
+            let have: Vec<&str> = p.metrics().iter().map(|m| m.name()).collect();
+            eprintln!("kprof compare: {file} has no {} (it has: {})", m.name(), have.join(", "));
             return 1;
         }
     }
     if args.json {
-        print!("{}", json_output(&args, &c, a, b));
+        print!("{}", json_output(&args, &c));
     } else {
         print!("{}", text_output(&args, a, b, &c));
     }

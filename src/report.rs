@@ -55,7 +55,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
 /// Runs `kprof report ARGS`: 0 on success, 2 on bad arguments, 1 when the file cannot be read.
 pub fn main(args: &[String]) -> i32 {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}\n  --metric M   samples, cpu, bytecodes, weight or calls (default: the run's metric)\n  --top N      rows per table (default {})", text::DEFAULT_TOP);
+        println!("{USAGE}\n  --metric M   a metric of the profile: samples, cpu, wall, alloc_bytes, alloc_count, lock_ns, lock_count, bytecodes, calls, ... (default: the run's metric)\n  --top N      rows per table (default {})", text::DEFAULT_TOP);
         return 0;
     }
     let args = match parse_args(args) {
@@ -72,7 +72,14 @@ pub fn main(args: &[String]) -> i32 {
             return 1;
         }
     };
-    let metric = args.metric.unwrap_or_else(|| profile.default_metric());
+    let metric = match args.metric.map(|m| profile.resolve_metric(m)) {
+        Some(Ok(m)) => m,
+        Some(Err(e)) => {
+            eprintln!("kprof report: {}: {e}", args.file);
+            return 1;
+        }
+        None => profile.default_metric(),
+    };
     print!("{}", text::render(&profile, metric, args.top));
     0
 }
@@ -87,7 +94,7 @@ mod tests {
         let a = parse_args(&strings(&["p.json", "--metric", "calls", "--top=5"])).unwrap();
         assert_eq!((a.file.as_str(), a.metric, a.top), ("p.json", Some(Metric::Calls), 5));
         let a = parse_args(&strings(&["--metric=cpu", "p.collapsed"])).unwrap();
-        assert_eq!(a.metric, Some(Metric::Weight));
+        assert_eq!(a.metric, Some(Metric::Cpu));
     }
 
     #[test]

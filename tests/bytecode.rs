@@ -78,7 +78,8 @@ fn app_paths_with(stacks: &[(Vec<String>, u64)], needle: &str) -> Vec<(Vec<Strin
 
 fn overlap_on_harness(a: &Profile, b: &Profile) -> f64 {
     let options = CompareOptions { callsites: false, top: 0, only: vec![HARNESS_PREFIX.to_string()] };
-    compare_with(a, Metric::Samples, b, Metric::Samples, &options).overlap_percent
+    let samples = |p: &Profile| p.resolve_metric(Metric::Samples).unwrap();
+    compare_with(a, samples(a), b, samples(b), &options).overlap_percent
 }
 
 #[test]
@@ -167,7 +168,8 @@ fn deterministic_overlaps_across_jdks_on_application_frames() {
     eprintln!("overlap on kprof.harness frames: {app:.2}% (application classes rewritten), {projected:.2}% (all)");
     assert!(projected >= 90.0, "everything rewritten, projected onto kprof.harness: {projected:.2}% < 90%");
     // Without the projection the JDKs' frames differ: the projection is what makes them comparable.
-    let raw = compare_with(&full[0], Metric::Samples, &full[1], Metric::Samples, &CompareOptions::default());
+    let raw =
+        compare_with(&full[0], Metric::BytecodeSamples, &full[1], Metric::BytecodeSamples, &CompareOptions::default());
     assert!(raw.overlap_percent < projected, "raw {} vs projected {projected}", raw.overlap_percent);
 }
 

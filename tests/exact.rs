@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use kprof_profile::output::read_profile;
-use kprof_profile::{FrameKind, Profile};
+use kprof_profile::{FrameKind, Metric, Profile};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,8 +91,8 @@ fn contexts(p: &Profile) -> Vec<Context> {
                 path: path.clone(),
                 callsite: node.callsite,
                 kind: frame.kind,
-                calls: node.calls,
-                weight: node.weight,
+                calls: p.value(i, Metric::Calls),
+                weight: p.value(i, Metric::Bytecodes),
                 blocks: node.blocks.iter().map(|b| (b.start_bci, b.end_bci, b.count)).collect(),
             });
         }
@@ -356,7 +356,7 @@ fn several_threads_count_into_one_tree() {
         assert_eq!(calls(&by_path, &per_thread), 1000 * ROUNDS, "{}", jdk.label());
         let s = run.summary();
         assert_eq!(s["mode"], "exact");
-        let total: u64 = p.nodes.iter().map(|n| n.calls).sum();
+        let total: u64 = p.column(Metric::Calls).unwrap().iter().sum();
         assert_eq!(s["calls"].parse::<u64>().unwrap(), total, "{}: summary calls", jdk.label());
         // threads=on: the same counts under one root per thread name.
         let (_, p) = exact_counts(jdk, &dir, "t", "threads=on");
@@ -588,7 +588,7 @@ fn a_small_budget_spends_the_tree_memory_and_the_rest_is_counted_as_overflow() {
                 });
             let (mut sum, mut work) = (0u64, vec![0u32]);
             while let Some(n) = work.pop() {
-                sum += p.nodes[n as usize].calls;
+                sum += p.value(n, Metric::Calls);
                 work.extend(p.nodes[n as usize].children.iter().copied().filter(|&c| Some(c) != cleaner));
             }
             sum
@@ -596,11 +596,9 @@ fn a_small_budget_spends_the_tree_memory_and_the_rest_is_counted_as_overflow() {
         assert_eq!(calls_but_cleaner(&p), calls_but_cleaner(&pf), "{}: every call counted", jdk.label());
         let contexts = |m: &BTreeMap<String, String>| m["contexts"].parse::<u64>().unwrap();
         assert!(contexts(&s) < contexts(&f), "{}: {} !< {}", jdk.label(), contexts(&s), contexts(&f));
-        let in_overflow: u64 = p
-            .nodes
-            .iter()
-            .filter(|n| p.frames[n.frame as usize].display_name() == "[cct_overflow]")
-            .map(|n| n.calls)
+        let in_overflow: u64 = (0..p.nodes.len() as u32)
+            .filter(|&n| p.frames[p.nodes[n as usize].frame as usize].display_name() == "[cct_overflow]")
+            .map(|n| p.value(n, Metric::Calls))
             .sum();
         assert_eq!(in_overflow, overflow, "{}", jdk.label());
     });

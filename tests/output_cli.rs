@@ -1,7 +1,7 @@
 //! `kprof report` and `kprof compare` as a user runs them, on JSON and collapsed files with known contents.
 
 use kprof_profile::output::{collapsed, json};
-use kprof_profile::{Frame, Meta, Metric, Profile, WeightUnit};
+use kprof_profile::{Frame, Meta, Metric, Profile};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -44,7 +44,7 @@ impl Drop for Dir {
 
 /// An exact-mode profile: main calls f from two callsites (3 and 1 calls) and g (6 calls).
 fn exact_profile() -> Profile {
-    let mut p = Profile::new(Meta { mode: "exact".into(), weight_unit: WeightUnit::Bytecodes, ..Meta::default() });
+    let mut p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() }, &[Metric::Calls, Metric::Bytecodes]);
     let main = p.intern(Frame::java("t.Main", "main", "([Ljava/lang/String;)V"));
     let f = p.intern(Frame::java("t.Main", "f", "(I)V"));
     let g = p.intern(Frame::java("t.Main", "g", "()I"));
@@ -53,8 +53,8 @@ fn exact_profile() -> Profile {
     let f2 = p.add_child(m, f, 11);
     let gg = p.add_child(m, g, 17);
     for (n, calls) in [(m, 0), (f1, 3), (f2, 1), (gg, 6)] {
-        p.nodes[n as usize].calls = calls;
-        p.nodes[n as usize].weight = calls * 10;
+        p.set(n, Metric::Calls, calls);
+        p.set(n, Metric::Bytecodes, calls * 10);
     }
     p
 }
@@ -110,8 +110,8 @@ fn a_json_profile_and_its_collapsed_stacks_overlap_fully() {
     assert!(r.stdout.starts_with("overlap: 100.00%\n"), "{}{}", r.stdout, r.stderr);
     // Callsites: f@5 has 3 of 10 calls and f@11 1; swap them in B and only the callsite view differs.
     let mut swapped = p.clone();
-    swapped.nodes[2].calls = 1;
-    swapped.nodes[3].calls = 3;
+    swapped.set(2, Metric::Calls, 1);
+    swapped.set(3, Metric::Calls, 3);
     let s = d.file("s.json", &json::render(&swapped));
     assert!(kprof(&["compare", &j, &s]).stdout.starts_with("overlap: 100.00%\n"));
     let r = kprof(&["compare", &j, &s, "--callsites"]);

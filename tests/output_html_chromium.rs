@@ -6,7 +6,7 @@
 mod common;
 
 use kprof_profile::output::html;
-use kprof_profile::{Frame, FrameKind, Meta, Metric, Profile, WeightUnit};
+use kprof_profile::{Frame, FrameKind, Meta, Metric, Profile};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -70,13 +70,10 @@ const ODD: &str = "[odd <&> \"quotes\" 'single' ü 名前]";
 
 /// 100 samples: alpha 40, beta 10 + helper 20, Cache.<init> 10, sleep0 5, GC 5, the odd pseudo-frame 10.
 fn demo_profile() -> Profile {
-    let mut p = Profile::new(Meta {
-        mode: "asgct".into(),
-        weight_unit: WeightUnit::CpuNanos,
-        interval: 1_000_000,
-        timer: "perf".into(),
-        ..Meta::default()
-    });
+    let mut p = Profile::new(
+        Meta { mode: "asgct".into(), interval: 1_000_000, timer: "perf".into(), ..Meta::default() },
+        &[Metric::Samples, Metric::Cpu],
+    );
     let t = p.intern(Frame::thread("main"));
     let main = p.intern(Frame::java("demo.Main", "main", "([Ljava/lang/String;)V"));
     let alpha = p.intern(Frame::java("demo.Work", "alpha", "()V"));
@@ -96,8 +93,8 @@ fn demo_profile() -> Profile {
     let ng = p.add_child(0, gc, -1);
     let no = p.add_child(0, odd, -1);
     for (n, v) in [(na, 40), (nb, 10), (nh, 20), (ni, 10), (ns, 5), (ng, 5), (no, 10)] {
-        p.nodes[n as usize].samples = v;
-        p.nodes[n as usize].weight = v * 1_000_000;
+        p.set(n, Metric::Samples, v);
+        p.set(n, Metric::Cpu, v * 1_000_000);
     }
     p
 }
@@ -138,7 +135,7 @@ fn frames_title_and_totals_are_rendered() {
 
 #[test]
 fn the_weight_metric_shows_cpu_time() {
-    let dom = rendered_dom(&demo_profile(), Metric::Weight, "search=alpha");
+    let dom = rendered_dom(&demo_profile(), Metric::Cpu, "search=alpha");
     assert!(text_of(&dom, "title").contains("total 100,000,000 cpu_ns (100.00 ms)"));
     assert_eq!(text_of(&dom, "matched"), "Matched 40.00% of all (40.00 ms CPU (40,000,000 ns))");
 }
@@ -269,7 +266,7 @@ fn clicks_keys_and_hover_work() {
 
 #[test]
 fn an_empty_profile_says_so() {
-    let p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() });
+    let p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() }, &[Metric::Calls, Metric::Bytecodes]);
     let dom = rendered_dom(&p, Metric::Calls, "");
     assert_eq!(text_of(&dom, "empty"), "No calls in this profile: nothing to draw.");
     assert!(frames(&dom).is_empty());
@@ -277,7 +274,7 @@ fn an_empty_profile_says_so() {
 
 /// A deterministic random tree of `count` nodes over 2,000 methods.
 fn big_profile(count: u64) -> Profile {
-    let mut p = Profile::new(Meta { mode: "bytecode".into(), ..Meta::default() });
+    let mut p = Profile::new(Meta { mode: "bytecode".into(), ..Meta::default() }, &[Metric::Samples]);
     let frames: Vec<u32> =
         (0..2000).map(|i| p.intern(Frame::java(&format!("pkg{}.Class{}", i % 13, i), "m", "(I)V"))).collect();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -291,7 +288,7 @@ fn big_profile(count: u64) -> Profile {
         // Mostly extend recent nodes, so the tree is both wide and deep.
         let parent = if next() % 4 == 0 { next() % i } else { i - 1 - next() % i.min(8) } as u32;
         let n = p.add_child(parent, frames[(next() % 2000) as usize], -1);
-        p.nodes[n as usize].samples = next() % 5;
+        p.set(n, Metric::Samples, next() % 5);
     }
     p
 }
@@ -320,13 +317,13 @@ fn a_100k_node_profile_stays_cheap_to_draw() {
 
 #[test]
 fn a_100k_deep_profile_draws_only_the_visible_rows() {
-    let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() });
+    let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() }, &[Metric::Samples]);
     let f = p.intern(Frame::java("deep.Rec", "down", "(I)V"));
     let mut n = 0;
     for _ in 0..100_000 {
         n = p.add_child(n, f, 3);
     }
-    p.nodes[n as usize].samples = 7;
+    p.set(n, Metric::Samples, 7);
     let dom = rendered_dom(&p, Metric::Samples, "");
     let drawn = frames(&dom).len();
     assert!(drawn > 10 && drawn < 200, "{drawn} frame elements for a 100,000-deep chain");

@@ -3,7 +3,7 @@
 //! `protobuf` and `grpcio-tools`: scripts/install-test-deps installs them.
 
 use kprof_profile::output::pprof;
-use kprof_profile::{Frame, FrameKind, Meta, Metric, Profile, WeightUnit};
+use kprof_profile::{Frame, FrameKind, Meta, Metric, Profile};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -82,17 +82,19 @@ fn asgct_profile() -> Profile {
     let mut counters = BTreeMap::new();
     counters.insert("samples".to_string(), 23);
     counters.insert("dropped".to_string(), 1);
-    let mut p = Profile::new(Meta {
-        mode: "asgct".into(),
-        weight_unit: WeightUnit::CpuNanos,
-        default_metric: None,
-        interval: 1_000_000,
-        timer: "perf".into(),
-        jvm: "OpenJDK 64-Bit Server VM 21".into(),
-        start_unix_ms: 1_715_000_000_000,
-        duration_ns: 3_000_000_000,
-        counters,
-    });
+    let mut p = Profile::new(
+        Meta {
+            mode: "asgct".into(),
+            default_metric: None,
+            interval: 1_000_000,
+            timer: "perf".into(),
+            jvm: "OpenJDK 64-Bit Server VM 21".into(),
+            start_unix_ms: 1_715_000_000_000,
+            duration_ns: 3_000_000_000,
+            counters,
+        },
+        &[Metric::Samples, Metric::Cpu],
+    );
     let main_t = p.intern(Frame::thread("main"));
     let worker_t = p.intern(Frame::thread("worker \"1\" ü"));
     let main = p.intern(Frame::java("demo.Main", "main", "([Ljava/lang/String;)V"));
@@ -113,8 +115,8 @@ fn asgct_profile() -> Profile {
     let o = p.add_child(t2, odd, -1);
     let g = p.add_child(0, gc, -1);
     for (node, samples) in [(m, 1), (w1, 2), (w2, 3), (f1, 1), (f2, 2), (f3, 5), (s, 1), (o, 4), (g, 4)] {
-        p.nodes[node as usize].samples = samples;
-        p.nodes[node as usize].weight = samples * 1_000_000 + 17;
+        p.set(node, Metric::Samples, samples);
+        p.set(node, Metric::Cpu, samples * 1_000_000 + 17);
     }
     p
 }
@@ -135,8 +137,8 @@ fn asgct_profile_decodes_with_types_units_totals_and_stacks() {
     assert!(comments.contains(&"kprof mode=asgct") && comments.contains(&"timer=perf"), "{comments:?}");
 
     let got = decoded_samples(&d);
-    assert_eq!(got, expected_samples(&p, &[Metric::Samples, Metric::Weight]));
-    for (i, metric) in [Metric::Samples, Metric::Weight].into_iter().enumerate() {
+    assert_eq!(got, expected_samples(&p, &[Metric::Samples, Metric::Cpu]));
+    for (i, metric) in [Metric::Samples, Metric::Cpu].into_iter().enumerate() {
         let total: u64 = got.values().map(|v| v[i]).sum();
         assert_eq!(total, p.totals(metric)[0], "{metric:?} total");
     }
@@ -152,31 +154,33 @@ fn asgct_profile_decodes_with_types_units_totals_and_stacks() {
 
 #[test]
 fn exact_profile_carries_bytecodes_and_calls() {
-    let mut p = asgct_profile();
-    p.meta.mode = "exact".into();
-    p.meta.weight_unit = WeightUnit::Bytecodes;
-    p.meta.interval = 0;
-    for n in &mut p.nodes {
-        n.calls = n.samples * 3;
-        n.samples = 0;
+    let a = asgct_profile();
+    let mut p =
+        Profile::new(Meta { mode: "exact".into(), interval: 0, ..a.meta.clone() }, &[Metric::Calls, Metric::Bytecodes]);
+    p.frames = a.frames.clone();
+    for (i, n) in a.nodes.iter().enumerate() {
+        if i > 0 {
+            p.push_node(kprof_profile::Node { children: Vec::new(), ..n.clone() });
+        }
+        p.nodes[i].children = n.children.clone();
+        p.set(i as u32, Metric::Calls, a.value(i as u32, Metric::Samples) * 3);
+        p.set(i as u32, Metric::Bytecodes, a.value(i as u32, Metric::Cpu));
     }
     let d = decode(&p, "exact");
     assert_consistent(&d);
-    assert_eq!(d["sample_types"], serde_json::json!([["bytecodes", "count"], ["calls", "count"]]));
+    assert_eq!(d["sample_types"], serde_json::json!([["calls", "count"], ["bytecodes", "count"]]));
     assert_eq!(d["period_type"], Value::Null);
     assert_eq!(d["default_sample_type"], "calls");
-    assert_eq!(decoded_samples(&d), expected_samples(&p, &[Metric::Weight, Metric::Calls]));
+    assert_eq!(decoded_samples(&d), expected_samples(&p, &[Metric::Calls, Metric::Bytecodes]));
 }
 
 #[test]
 fn a_large_profile_keeps_ids_unique_and_totals() {
     // 20,000 contexts over 300 methods, with a pseudo-random shape that is the same on every run.
-    let mut p = Profile::new(Meta {
-        mode: "bytecode".into(),
-        weight_unit: WeightUnit::Bytecodes,
-        interval: 10_000,
-        ..Meta::default()
-    });
+    let mut p = Profile::new(
+        Meta { mode: "bytecode".into(), interval: 10_000, ..Meta::default() },
+        &[Metric::BytecodeSamples, Metric::Bytecodes],
+    );
     let frames: Vec<u32> =
         (0..300).map(|i| p.intern(Frame::java(&format!("pkg{}.C{}", i % 7, i), "m", "(I)V"))).collect();
     let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -190,14 +194,15 @@ fn a_large_profile_keeps_ids_unique_and_totals() {
         let parent = (next() % i) as u32;
         let frame = frames[(next() % 300) as usize];
         let n = p.add_child(parent, frame, (next() % 40) as i32);
-        p.nodes[n as usize].samples = next() % 3;
-        p.nodes[n as usize].weight = p.nodes[n as usize].samples * 10_000;
+        let samples = next() % 3;
+        p.set(n, Metric::BytecodeSamples, samples);
+        p.set(n, Metric::Bytecodes, samples * 10_000);
     }
     let d = decode(&p, "large");
     assert_consistent(&d);
     assert_eq!(d["period_type"], serde_json::json!(["bytecodes", "count"]));
     assert_eq!(d["period"], 10_000);
     let got = decoded_samples(&d);
-    assert_eq!(got, expected_samples(&p, &[Metric::Samples, Metric::Weight]));
-    assert_eq!(got.values().map(|v| v[0]).sum::<u64>(), p.totals(Metric::Samples)[0]);
+    assert_eq!(got, expected_samples(&p, &[Metric::BytecodeSamples, Metric::Bytecodes]));
+    assert_eq!(got.values().map(|v| v[0]).sum::<u64>(), p.totals(Metric::BytecodeSamples)[0]);
 }

@@ -4,7 +4,7 @@
 //! population of call paths (most already present, as in a running profiler), then both repeat with
 //! stacks that are all new. An "insert" is one `Cct::child` step (find or create).
 
-use kprof::cct::{Cct, ROOT};
+use kprof::cct::{Cct, Metric, ROOT};
 use kprof::frame::FrameId;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,7 +26,7 @@ fn run(cct: &Arc<Cct>, threads: u64, stacks_per_thread: u64, distinct: u64) -> f
                     let frames =
                         (0..DEPTH).map(|d| (FrameId::jmethod(0x1000 + ((path >> d) % 64) * 8 + d * 4096), d as i32));
                     let (leaf, _) = cct.path(ROOT, frames);
-                    cct.add_sample(leaf, 1_000_000);
+                    cct.add_events(leaf, Metric::Samples, 1, Metric::Cpu, 1_000_000);
                 }
             })
         })
@@ -40,6 +40,8 @@ fn run(cct: &Arc<Cct>, threads: u64, stacks_per_thread: u64, distinct: u64) -> f
 
 fn main() {
     let cct = Arc::new(Cct::with_bytes(512 << 20).expect("arena"));
+    cct.enable(Metric::Samples).expect("counters");
+    cct.enable(Metric::Cpu).expect("counters");
     let warm = run(&cct, 2, 2_000_000, 50_000);
     let nodes_after_warm = cct.stats().nodes;
     let hot = run(&cct, 2, 2_000_000, 50_000);
@@ -53,5 +55,5 @@ fn main() {
         "  nodes after first pass: {nodes_after_warm}, at end: {}, wasted by races: {}",
         stats.nodes, stats.wasted_nodes
     );
-    println!("  bytes per node: {} (node {} + hash slots)", Cct::BYTES_PER_NODE, Cct::BYTES_PER_NODE - 8);
+    println!("  bytes per node: {} (node, hash slots and two counters)", Cct::BYTES_PER_NODE);
 }

@@ -22,6 +22,8 @@ pub enum FrameRef {
     Pseudo(Pseudo),
     /// A thread root (`threads=on`): the agent's thread number.
     Thread(u32),
+    /// A label an engine made ([`label`]): `[alloc byte[]]`, `[lock java.lang.Object]`, a thread state.
+    Label(u32),
 }
 
 const KIND_SHIFT: u32 = 60;
@@ -31,6 +33,7 @@ const KIND_JNATIVE: u64 = 1;
 const KIND_METHOD: u64 = 2;
 const KIND_PSEUDO: u64 = 3;
 const KIND_THREAD: u64 = 4;
+const KIND_LABEL: u64 = 5;
 
 impl FrameId {
     pub fn jmethod(id: u64) -> FrameId {
@@ -48,6 +51,9 @@ impl FrameId {
     pub fn thread(n: u32) -> FrameId {
         FrameId((KIND_THREAD << KIND_SHIFT) | n as u64)
     }
+    fn label_number(n: u32) -> FrameId {
+        FrameId((KIND_LABEL << KIND_SHIFT) | n as u64)
+    }
 
     /// What this identity refers to; `None` for a value no constructor makes.
     pub fn decode(self) -> Option<FrameRef> {
@@ -58,9 +64,32 @@ impl FrameId {
             KIND_METHOD => Some(FrameRef::Method(payload as u32)),
             KIND_PSEUDO => Pseudo::from_code(payload).map(FrameRef::Pseudo),
             KIND_THREAD => Some(FrameRef::Thread(payload as u32)),
+            KIND_LABEL => Some(FrameRef::Label(payload as u32)),
             _ => None,
         }
     }
+}
+
+/// Labels by number ([`FrameRef::Label`]).
+static LABELS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The frame of the label `name` (bracketed by convention: `[alloc byte[]]`), the same id for the same name
+/// for the process's life. Takes a lock: not for a signal handler (which uses ids made beforehand).
+pub fn label(name: &str) -> FrameId {
+    let mut labels = LABELS.lock().unwrap_or_else(|e| e.into_inner());
+    let n = match labels.iter().position(|l| l == name) {
+        Some(n) => n,
+        None => {
+            labels.push(name.to_string());
+            labels.len() - 1
+        }
+    };
+    FrameId::label_number(n as u32)
+}
+
+/// The name of label number `n`.
+pub fn label_name(n: u32) -> Option<String> {
+    LABELS.lock().unwrap_or_else(|e| e.into_inner()).get(n as usize).cloned()
 }
 
 /// Pseudo-frames: what a sample shows when there is no Java method to name.
@@ -177,6 +206,11 @@ mod tests {
         }
         assert_eq!(FrameId(0).decode(), None);
         assert_ne!(FrameId::jmethod(5), FrameId::jnative(5));
+        let a = label("[alloc byte[]]");
+        assert_eq!(label("[alloc byte[]]"), a, "one id per name");
+        let Some(FrameRef::Label(n)) = a.decode() else { panic!("{a:?}") };
+        assert_eq!(label_name(n).as_deref(), Some("[alloc byte[]]"));
+        assert_ne!(label("[lock java.lang.Object]"), a);
     }
 
     #[test]

@@ -14,4 +14,5 @@ pub mod agent;
 pub mod cct;
 pub mod engine;
 pub mod frame;
+pub mod guard;
 pub mod jvmti;

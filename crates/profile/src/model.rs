@@ -154,85 +154,135 @@ pub struct BlockCount {
     pub count: u64,
 }
 
-/// One calling context. Counters are *self* counts (this context as the leaf, or calls of this context);
-/// inclusive counts are computed by [`Profile::totals`].
+/// One calling context. Its counters are kept by the [`Profile`], a column per metric
+/// ([`Profile::value`]); they are *self* counts (this context as the leaf, or calls of this context),
+/// inclusive counts come from [`Profile::totals`].
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct Node {
     /// Index into [`Profile::frames`].
     pub frame: u32,
     /// Bytecode index of the call in the caller's method; -1 when unknown or not recorded.
     pub callsite: i32,
-    /// Samples whose leaf is this context (asgct, bytecode).
-    pub samples: u64,
-    /// Weight of those samples: CPU nanoseconds (asgct) or bytecodes (bytecode, exact); see [`Meta::weight_unit`].
-    pub weight: u64,
-    /// Invocations of this context (exact mode).
-    pub calls: u64,
     /// Basic-block counts (exact mode, `bb=on`).
     pub blocks: Vec<BlockCount>,
     /// Indices into [`Profile::nodes`].
     pub children: Vec<u32>,
 }
 
-/// What the weight counter measures.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
-pub enum WeightUnit {
-    #[default]
-    None,
-    CpuNanos,
+/// What a metric's values measure.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Unit {
+    /// Events: samples, objects, waits, calls.
+    Count,
+    Nanoseconds,
+    Bytes,
     Bytecodes,
 }
 
-impl WeightUnit {
+impl Unit {
     pub fn as_str(self) -> &'static str {
         match self {
-            WeightUnit::None => "none",
-            WeightUnit::CpuNanos => "cpu_ns",
-            WeightUnit::Bytecodes => "bytecodes",
+            Unit::Count => "count",
+            Unit::Nanoseconds => "nanoseconds",
+            Unit::Bytes => "bytes",
+            Unit::Bytecodes => "bytecodes",
         }
-    }
-
-    pub fn parse(s: &str) -> Option<WeightUnit> {
-        Some(match s {
-            "none" => WeightUnit::None,
-            "cpu_ns" => WeightUnit::CpuNanos,
-            "bytecodes" => WeightUnit::Bytecodes,
-            _ => return None,
-        })
     }
 }
 
-/// Which counter a view of the profile (collapsed output, flame graph, report, compare) uses.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// A counter of a calling context. Each engine fills a pair, a count of its events and their weight;
+/// one profile carries the metrics of every engine that ran.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
 pub enum Metric {
+    /// CPU samples (the cpu engine, `mode=asgct`).
     Samples,
-    /// The weight counter: CPU nanoseconds in asgct mode, bytecodes in bytecode and exact modes.
-    Weight,
+    /// CPU time those samples stand for, nanoseconds.
+    Cpu,
+    /// Wall-clock samples (`mode=wall`), of every thread whatever its state.
+    WallSamples,
+    /// Wall-clock time those samples stand for, nanoseconds.
+    Wall,
+    /// Objects allocated: an unbiased estimate from the allocation samples (`mode=alloc`).
+    AllocCount,
+    /// Bytes allocated: an unbiased estimate from the allocation samples.
+    AllocBytes,
+    /// Waits for a lock: contended monitor entries and parks (`mode=lock`).
+    LockCount,
+    /// Time waited for locks, nanoseconds.
+    LockNs,
+    /// Bytecode-count samples (`mode=bytecode`).
+    BytecodeSamples,
+    /// Bytecodes executed: estimated from bytecode samples, or exact (`mode=exact`).
+    Bytecodes,
+    /// Invocations (`mode=exact`).
     Calls,
 }
 
 impl Metric {
-    /// Accepted spellings: `samples`; `cpu`, `bytecodes` or `weight` for the weight counter; `calls`.
-    pub fn parse(s: &str) -> Option<Metric> {
-        Some(match s {
-            "samples" => Metric::Samples,
-            "weight" | "cpu" | "bytecodes" => Metric::Weight,
-            "calls" => Metric::Calls,
-            _ => return None,
-        })
-    }
+    /// Every metric, in the order profiles list them.
+    pub const ALL: [Metric; 11] = [
+        Metric::Samples,
+        Metric::Cpu,
+        Metric::WallSamples,
+        Metric::Wall,
+        Metric::AllocCount,
+        Metric::AllocBytes,
+        Metric::LockCount,
+        Metric::LockNs,
+        Metric::BytecodeSamples,
+        Metric::Bytecodes,
+        Metric::Calls,
+    ];
+    pub const COUNT: usize = Metric::ALL.len();
 
-    pub const ACCEPTED: &'static str = "samples, cpu, bytecodes, weight, calls";
-
-    pub fn name(self, unit: WeightUnit) -> &'static str {
+    /// What options, readers and the JSON schema call it.
+    pub fn name(self) -> &'static str {
         match self {
             Metric::Samples => "samples",
+            Metric::Cpu => "cpu",
+            Metric::WallSamples => "wall_samples",
+            Metric::Wall => "wall",
+            Metric::AllocCount => "alloc_count",
+            Metric::AllocBytes => "alloc_bytes",
+            Metric::LockCount => "lock_count",
+            Metric::LockNs => "lock_ns",
+            Metric::BytecodeSamples => "bytecode_samples",
+            Metric::Bytecodes => "bytecodes",
             Metric::Calls => "calls",
-            Metric::Weight => match unit {
-                WeightUnit::CpuNanos => "cpu_ns",
-                WeightUnit::Bytecodes => "bytecodes",
-                WeightUnit::None => "weight",
-            },
+        }
+    }
+
+    /// The metric called `s` ([`Metric::name`]).
+    pub fn parse(s: &str) -> Option<Metric> {
+        Metric::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// The accepted names, for messages.
+    pub const ACCEPTED: &'static str =
+        "samples, cpu, wall_samples, wall, alloc_count, alloc_bytes, lock_count, lock_ns, bytecode_samples, bytecodes, calls";
+
+    pub fn unit(self) -> Unit {
+        match self {
+            Metric::Cpu | Metric::Wall | Metric::LockNs => Unit::Nanoseconds,
+            Metric::AllocBytes => Unit::Bytes,
+            Metric::Bytecodes => Unit::Bytecodes,
+            _ => Unit::Count,
+        }
+    }
+
+    /// Its position in [`Metric::ALL`] (an index for per-metric arrays).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The count of samples of the engine this metric belongs to, if the engine samples: what `samples`
+    /// means in a profile that has no CPU samples.
+    fn sample_count(self) -> Option<Metric> {
+        match self {
+            Metric::Samples | Metric::Cpu => Some(Metric::Samples),
+            Metric::WallSamples | Metric::Wall => Some(Metric::WallSamples),
+            Metric::BytecodeSamples | Metric::Bytecodes => Some(Metric::BytecodeSamples),
+            _ => None,
         }
     }
 }
@@ -240,12 +290,13 @@ impl Metric {
 /// Facts about the run that produced the profile.
 #[derive(Clone, PartialEq, Debug, Default)]
 pub struct Meta {
-    /// `asgct`, `bytecode`, `exact`, or what a reader found (`collapsed`).
+    /// The engines that ran, joined by `+` (`asgct`, `bytecode+asgct`, `asgct+alloc+lock`), or what a reader
+    /// found (`collapsed`).
     pub mode: String,
-    pub weight_unit: WeightUnit,
     /// The metric the run asked for (`metric=`): the default for views.
     pub default_metric: Option<Metric>,
-    /// asgct: the sampling interval; bytecode: the granularity (bytecodes). 0 when not applicable.
+    /// The CPU or wall sampling interval, nanoseconds; bytecode mode alone: the granularity (bytecodes). 0
+    /// when not applicable.
     pub interval: u64,
     /// The timer that actually ran (asgct), e.g. `perf`, `ctimer`, `itimer`.
     pub timer: String,
@@ -259,21 +310,87 @@ pub struct Meta {
     pub counters: BTreeMap<String, u64>,
 }
 
-/// A resolved calling context tree. `nodes[0]` is the root; its frame is `[root]`.
+/// A resolved calling context tree. `nodes[0]` is the root; its frame is `[root]`. Counters are kept by
+/// metric, a column each (only the metrics of the engines that ran).
 #[derive(Clone, PartialEq, Debug, Default)]
 pub struct Profile {
     pub meta: Meta,
     pub frames: Vec<Frame>,
     pub nodes: Vec<Node>,
+    /// The metrics this profile carries, each with its self values indexed like `nodes`.
+    columns: Vec<(Metric, Vec<u64>)>,
 }
 
 impl Profile {
-    /// An empty profile: just the root.
-    pub fn new(meta: Meta) -> Profile {
-        let mut p = Profile { meta, frames: Vec::new(), nodes: Vec::new() };
+    /// An empty profile, just the root, carrying `metrics` (in that order; more are added by
+    /// [`Profile::add`] and [`Profile::add_metric`]).
+    pub fn new(meta: Meta, metrics: &[Metric]) -> Profile {
+        let mut p = Profile { meta, frames: Vec::new(), nodes: Vec::new(), columns: Vec::new() };
+        for &m in metrics {
+            p.add_metric(m);
+        }
         let root = p.intern(Frame::pseudo("[root]"));
-        p.nodes.push(Node { frame: root, callsite: -1, ..Node::default() });
+        p.push_node(Node { frame: root, callsite: -1, ..Node::default() });
         p
+    }
+
+    /// The metrics this profile carries, in order.
+    pub fn metrics(&self) -> Vec<Metric> {
+        self.columns.iter().map(|(m, _)| *m).collect()
+    }
+
+    pub fn has(&self, metric: Metric) -> bool {
+        self.columns.iter().any(|(m, _)| *m == metric)
+    }
+
+    /// Declares `metric` (all zero so far) if the profile lacks it.
+    pub fn add_metric(&mut self, metric: Metric) {
+        if !self.has(metric) {
+            self.columns.push((metric, vec![0; self.nodes.len()]));
+        }
+    }
+
+    /// The self values of `metric`, indexed like [`Profile::nodes`], if the profile carries it.
+    pub fn column(&self, metric: Metric) -> Option<&[u64]> {
+        self.columns.iter().find(|(m, _)| *m == metric).map(|(_, v)| v.as_slice())
+    }
+
+    /// Replaces the self values of `metric` (indexed like [`Profile::nodes`]).
+    pub fn set_column(&mut self, metric: Metric, values: Vec<u64>) {
+        assert_eq!(values.len(), self.nodes.len(), "a column has a value per node");
+        match self.columns.iter_mut().find(|(m, _)| *m == metric) {
+            Some((_, v)) => *v = values,
+            None => self.columns.push((metric, values)),
+        }
+    }
+
+    /// The self value of `node` under `metric` (0 when the profile lacks the metric).
+    pub fn value(&self, node: u32, metric: Metric) -> u64 {
+        self.column(metric).map_or(0, |c| c[node as usize])
+    }
+
+    /// Adds `v` to the self value of `node` under `metric` (declaring the metric if new).
+    pub fn add(&mut self, node: u32, metric: Metric, v: u64) {
+        self.add_metric(metric);
+        let (_, c) = self.columns.iter_mut().find(|(m, _)| *m == metric).expect("declared above");
+        c[node as usize] = c[node as usize].saturating_add(v);
+    }
+
+    /// Sets the self value of `node` under `metric` (declaring the metric if new).
+    pub fn set(&mut self, node: u32, metric: Metric, v: u64) {
+        self.add_metric(metric);
+        let (_, c) = self.columns.iter_mut().find(|(m, _)| *m == metric).expect("declared above");
+        c[node as usize] = v;
+    }
+
+    /// Appends a node (zero in every metric) and returns its index; the caller links it to its parent.
+    pub fn push_node(&mut self, node: Node) -> u32 {
+        let idx = self.nodes.len() as u32;
+        self.nodes.push(node);
+        for (_, c) in &mut self.columns {
+            c.push(0);
+        }
+        idx
     }
 
     /// The index of `frame` in [`Profile::frames`], adding it if new. Linear in the number of frames only
@@ -288,8 +405,7 @@ impl Profile {
 
     /// Adds a child context under `parent` and returns its index (no merging: the caller decides).
     pub fn add_child(&mut self, parent: u32, frame: u32, callsite: i32) -> u32 {
-        let idx = self.nodes.len() as u32;
-        self.nodes.push(Node { frame, callsite, ..Node::default() });
+        let idx = self.push_node(Node { frame, callsite, ..Node::default() });
         self.nodes[parent as usize].children.push(idx);
         idx
     }
@@ -304,61 +420,75 @@ impl Profile {
         found.unwrap_or_else(|| self.add_child(parent, frame, callsite))
     }
 
-    /// The self value of a node under `metric`.
-    pub fn value(&self, node: u32, metric: Metric) -> u64 {
-        let n = &self.nodes[node as usize];
-        match metric {
-            Metric::Samples => n.samples,
-            Metric::Weight => n.weight,
-            Metric::Calls => n.calls,
-        }
+    /// The metric a view uses when none is asked for: the run's `metric=`, else the profile's first metric
+    /// (the first engine's), else samples.
+    pub fn default_metric(&self) -> Metric {
+        self.meta
+            .default_metric
+            .filter(|&m| self.has(m))
+            .or(self.columns.first().map(|(m, _)| *m))
+            .unwrap_or(Metric::Samples)
     }
 
-    /// The metric a view uses when none is asked for: the run's `metric=`, else calls for exact
-    /// profiles, else samples.
-    pub fn default_metric(&self) -> Metric {
-        self.meta.default_metric.unwrap_or(if self.meta.mode == "exact" { Metric::Calls } else { Metric::Samples })
+    /// The metric a view asked for by name shows in this profile: `name` itself when the profile carries
+    /// it; `samples` in a profile without CPU samples means its sampling engine's samples (wall or
+    /// bytecode), so that `metric=samples` keeps working on single-engine profiles. Err: a one-line message
+    /// naming the metrics the profile has.
+    pub fn resolve_metric(&self, metric: Metric) -> Result<Metric, String> {
+        if self.has(metric) {
+            return Ok(metric);
+        }
+        if metric == Metric::Samples {
+            if let Some(m) = self.columns.iter().find_map(|(m, _)| m.sample_count().filter(|c| self.has(*c))) {
+                return Ok(m);
+            }
+        }
+        let have: Vec<&str> = self.columns.iter().map(|(m, _)| m.name()).collect();
+        Err(format!(
+            "the profile has no '{}' metric (it has: {})",
+            metric.name(),
+            if have.is_empty() { "none".to_string() } else { have.join(", ") }
+        ))
     }
 
     /// Inclusive values for every node under `metric` (children's totals plus the node's own), indexed
     /// like [`Profile::nodes`].
     pub fn totals(&self, metric: Metric) -> Vec<u64> {
-        let [totals] = self.totals_of([metric]);
+        let mut totals = [self.column(metric).map_or_else(|| vec![0; self.nodes.len()], <[u64]>::to_vec)];
+        self.sum_into_parents(&mut totals, &self.parents());
+        let [t] = totals;
+        t
+    }
+
+    /// [`Profile::totals`] of every metric the profile carries (in [`Profile::metrics`] order), in one
+    /// walk of the tree; `parents` comes from [`Profile::parents`].
+    pub fn all_totals_given(&self, parents: &[u32]) -> Vec<Vec<u64>> {
+        let mut totals: Vec<Vec<u64>> = self.columns.iter().map(|(_, c)| c.clone()).collect();
+        self.sum_into_parents(&mut totals, parents);
         totals
     }
 
-    /// [`Profile::totals`] of samples, weight and calls, in one walk of the tree.
-    pub fn all_totals(&self) -> [Vec<u64>; 3] {
+    /// [`Profile::all_totals_given`] with the parents worked out here.
+    pub fn all_totals(&self) -> Vec<Vec<u64>> {
         self.all_totals_given(&self.parents())
     }
 
-    /// [`Profile::all_totals`] for a caller that already has [`Profile::parents`].
-    pub fn all_totals_given(&self, parents: &[u32]) -> [Vec<u64>; 3] {
-        self.totals_given([Metric::Samples, Metric::Weight, Metric::Calls], parents)
-    }
-
-    /// [`Profile::totals`] of each of `metrics`, in one walk of the tree.
-    fn totals_of<const N: usize>(&self, metrics: [Metric; N]) -> [Vec<u64>; N] {
-        self.totals_given(metrics, &self.parents())
-    }
-
-    fn totals_given<const N: usize>(&self, metrics: [Metric; N], parents: &[u32]) -> [Vec<u64>; N] {
-        let mut totals = metrics.map(|m| (0..self.nodes.len() as u32).map(|i| self.value(i, m)).collect::<Vec<u64>>());
+    /// Turns self values (a vector per metric, indexed like `nodes`) into inclusive ones.
+    fn sum_into_parents(&self, totals: &mut [Vec<u64>], parents: &[u32]) {
         // The agent numbers every child after its parent: then a backward sweep over the parents does it,
         // without a post-order walk of the child lists.
         if parents.iter().enumerate().skip(1).all(|(i, &p)| (p as usize) < i) {
-            for t in &mut totals {
+            for t in totals.iter_mut() {
                 add_into_parents(t, |i| parents[i] as usize);
             }
-            return totals;
+            return;
         }
         for i in self.post_order() {
-            for t in &mut totals {
+            for t in totals.iter_mut() {
                 let sum = self.nodes[i as usize].children.iter().fold(0u64, |s, &c| s.saturating_add(t[c as usize]));
                 t[i as usize] = t[i as usize].saturating_add(sum);
             }
         }
-        totals
     }
 
     /// Node indices, children before parents (iterative: deep trees must not overflow the stack).
@@ -414,19 +544,18 @@ impl Profile {
             meta: self.meta.clone(),
             frames: self.frames.clone(),
             nodes: Vec::with_capacity(self.nodes.len()),
+            columns: self.columns.iter().map(|(m, _)| (*m, Vec::new())).collect(),
         };
-        out.nodes.push(Node { frame: self.nodes[0].frame, callsite: -1, ..Node::default() });
+        out.push_node(Node { frame: self.nodes[0].frame, callsite: -1, ..Node::default() });
         // (source node, destination node) pairs still to copy.
         let mut work = vec![(0u32, 0u32)];
         while let Some((src, dst)) = work.pop() {
             let s = &self.nodes[src as usize];
-            {
-                let d = &mut out.nodes[dst as usize];
-                d.samples += s.samples;
-                d.weight += s.weight;
-                d.calls += s.calls;
-                merge_blocks(&mut d.blocks, &s.blocks);
+            for (k, (_, c)) in self.columns.iter().enumerate() {
+                let d = &mut out.columns[k].1[dst as usize];
+                *d = d.saturating_add(c[src as usize]);
             }
+            merge_blocks(&mut out.nodes[dst as usize].blocks, &s.blocks);
             for &c in &s.children {
                 let frame = self.nodes[c as usize].frame;
                 let existing =
@@ -504,15 +633,15 @@ mod tests {
     }
 
     fn sample_profile() -> Profile {
-        let mut p = Profile::new(Meta::default());
+        let mut p = Profile::new(Meta::default(), &[Metric::Samples]);
         let f = p.intern(Frame::java("A", "f", "()V"));
         let g = p.intern(Frame::java("A", "g", "()V"));
         let n1 = p.add_child(0, f, -1);
         let n2 = p.add_child(n1, g, 3);
         let n3 = p.add_child(n1, g, 7);
-        p.nodes[n1 as usize].samples = 1;
-        p.nodes[n2 as usize].samples = 2;
-        p.nodes[n3 as usize].samples = 4;
+        p.add(n1, Metric::Samples, 1);
+        p.add(n2, Metric::Samples, 2);
+        p.add(n3, Metric::Samples, 4);
         p
     }
 
@@ -528,16 +657,18 @@ mod tests {
         assert_eq!(m.nodes.len(), 3);
         assert_eq!(m.totals(Metric::Samples)[0], 7);
         let g = m.nodes[1].children[0];
-        assert_eq!(m.nodes[g as usize].samples, 6);
+        assert_eq!(m.value(g, Metric::Samples), 6);
     }
 
     #[test]
     fn totals_hold_when_children_come_before_their_parents() {
         // Node 2 is the root's child and node 1 is node 2's: not in index order, as a JSON reader may give.
-        let mut p = Profile::new(Meta::default());
+        let mut p = Profile::new(Meta::default(), &[Metric::Samples]);
         let f = p.intern(Frame::java("A", "f", "()V"));
-        p.nodes.push(Node { frame: f, samples: 3, ..Node::default() });
-        p.nodes.push(Node { frame: f, samples: 2, children: vec![1], ..Node::default() });
+        let a = p.push_node(Node { frame: f, ..Node::default() });
+        let b = p.push_node(Node { frame: f, children: vec![1], ..Node::default() });
+        p.add(a, Metric::Samples, 3);
+        p.add(b, Metric::Samples, 2);
         p.nodes[0].children.push(2);
         assert_eq!(p.post_order(), vec![1, 2, 0]);
         assert_eq!(p.totals(Metric::Samples), vec![5, 3, 5]);
@@ -549,14 +680,37 @@ mod tests {
     }
 
     #[test]
+    fn samples_means_the_sampling_engines_samples_where_there_are_no_cpu_samples() {
+        let p = Profile::new(Meta::default(), &[Metric::BytecodeSamples, Metric::Bytecodes]);
+        assert_eq!(p.resolve_metric(Metric::Samples), Ok(Metric::BytecodeSamples));
+        assert_eq!(p.resolve_metric(Metric::Bytecodes), Ok(Metric::Bytecodes));
+        assert_eq!(p.default_metric(), Metric::BytecodeSamples);
+        let err = p.resolve_metric(Metric::Cpu).unwrap_err();
+        assert!(err.contains("no 'cpu'") && err.contains("bytecode_samples, bytecodes"), "{err}");
+        let both = Profile::new(Meta::default(), &[Metric::Samples, Metric::Cpu, Metric::WallSamples]);
+        assert_eq!(both.resolve_metric(Metric::Samples), Ok(Metric::Samples));
+        let calls = Profile::new(Meta::default(), &[Metric::Calls, Metric::Bytecodes]);
+        assert!(calls.resolve_metric(Metric::Samples).is_err());
+    }
+
+    #[test]
+    fn every_metric_has_a_name_that_parses_back() {
+        for m in Metric::ALL {
+            assert_eq!(Metric::parse(m.name()), Some(m));
+            assert!(Metric::ACCEPTED.contains(m.name()));
+            assert_eq!(Metric::ALL[m.index()], m);
+        }
+    }
+
+    #[test]
     fn post_order_handles_deep_trees() {
-        let mut p = Profile::new(Meta::default());
+        let mut p = Profile::new(Meta::default(), &[Metric::Samples]);
         let f = p.intern(Frame::java("A", "r", "()V"));
         let mut n = 0;
         for _ in 0..200_000 {
             n = p.add_child(n, f, 1);
         }
-        p.nodes[n as usize].samples = 1;
+        p.add(n, Metric::Samples, 1);
         assert_eq!(p.totals(Metric::Samples)[0], 1);
         assert_eq!(p.post_order().len(), 200_001);
     }

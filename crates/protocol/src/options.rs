@@ -9,24 +9,80 @@ use kprof_profile::Metric;
 pub use kprof_timers::TimerKind;
 use std::fmt;
 
-/// What the agent profiles.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Mode {
-    /// CPU-time sampling from a timer signal with AsyncGetCallTrace.
+/// A profiling engine. A session runs one or several (`mode=asgct+alloc+lock`), all counting into one
+/// calling context tree, each into its own pair of metrics.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+pub enum EngineKind {
+    /// CPU-time sampling from a per-thread timer signal with AsyncGetCallTrace (`cpu` is an alias).
     Asgct,
+    /// Wall-clock sampling of every Java thread, running or not.
+    Wall,
+    /// Allocation sampling (JVMTI SampledObjectAlloc).
+    Alloc,
+    /// Lock contention: contended monitors and parks, with the time waited.
+    Lock,
     /// Deterministic bytecode-count sampling (class rewriting).
     Bytecode,
     /// Complete calling-context profile (class rewriting).
     Exact,
 }
 
-impl Mode {
+impl EngineKind {
+    pub const ALL: [EngineKind; 6] = [
+        EngineKind::Asgct,
+        EngineKind::Wall,
+        EngineKind::Alloc,
+        EngineKind::Lock,
+        EngineKind::Bytecode,
+        EngineKind::Exact,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
-            Mode::Asgct => "asgct",
-            Mode::Bytecode => "bytecode",
-            Mode::Exact => "exact",
+            EngineKind::Asgct => "asgct",
+            EngineKind::Wall => "wall",
+            EngineKind::Alloc => "alloc",
+            EngineKind::Lock => "lock",
+            EngineKind::Bytecode => "bytecode",
+            EngineKind::Exact => "exact",
         }
+    }
+
+    /// The engine called `name` (`cpu` is asgct's other name).
+    pub fn parse(name: &str) -> Option<EngineKind> {
+        match name {
+            "cpu" => Some(EngineKind::Asgct),
+            _ => EngineKind::ALL.into_iter().find(|e| e.name() == name),
+        }
+    }
+
+    /// The two metrics the engine counts: its events and their weight.
+    pub fn metrics(self) -> [Metric; 2] {
+        match self {
+            EngineKind::Asgct => [Metric::Samples, Metric::Cpu],
+            EngineKind::Wall => [Metric::WallSamples, Metric::Wall],
+            EngineKind::Alloc => [Metric::AllocCount, Metric::AllocBytes],
+            EngineKind::Lock => [Metric::LockCount, Metric::LockNs],
+            EngineKind::Bytecode => [Metric::BytecodeSamples, Metric::Bytecodes],
+            EngineKind::Exact => [Metric::Calls, Metric::Bytecodes],
+        }
+    }
+
+    /// What views of its profile show unless `metric=` says otherwise.
+    pub fn default_metric(self) -> Metric {
+        match self {
+            EngineKind::Asgct => Metric::Samples,
+            EngineKind::Wall => Metric::Wall,
+            EngineKind::Alloc => Metric::AllocBytes,
+            EngineKind::Lock => Metric::LockNs,
+            EngineKind::Bytecode => Metric::BytecodeSamples,
+            EngineKind::Exact => Metric::Calls,
+        }
+    }
+
+    /// Whether the engine rewrites classes (at most one such engine per session).
+    pub fn rewrites(self) -> bool {
+        matches!(self, EngineKind::Bytecode | EngineKind::Exact)
     }
 }
 
@@ -41,8 +97,9 @@ pub struct OutputFile {
 /// Parsed agent options.
 #[derive(Clone, PartialEq, Debug)]
 pub struct Options {
-    pub mode: Mode,
-    /// Sampling interval in nanoseconds (asgct).
+    /// The engines of the session, in the order given (the first one's metric is the default view).
+    pub engines: Vec<EngineKind>,
+    /// Sampling interval in nanoseconds (asgct: CPU time; wall: wall-clock time).
     pub interval_ns: u64,
     pub timer: TimerKind,
     pub files: Vec<OutputFile>,
@@ -72,6 +129,12 @@ pub struct Options {
     pub callsite: bool,
     /// exact: count every basic block per calling context.
     pub bb: bool,
+    /// alloc: the mean number of bytes allocated between two samples of a thread.
+    pub alloc_bytes: u64,
+    /// alloc: report only objects still reachable when the profile is written.
+    pub live: bool,
+    /// lock: waits shorter than this (nanoseconds) are not recorded.
+    pub lock_ns: u64,
     /// bytecode/exact: only classes matching one of these patterns are rewritten (empty: all).
     pub include: Vec<String>,
     /// bytecode/exact: classes matching these patterns are not rewritten.
@@ -84,18 +147,44 @@ impl Options {
     /// mode's per-thread trees may take as much again, together (no more than a quarter of the machine's
     /// memory).
     pub fn cct_mb(&self) -> u32 {
-        match (self.cct_mb, self.mode) {
-            (0, Mode::Exact) => 1024,
-            (0, _) => 256,
-            (mb, _) => mb,
+        match self.cct_mb {
+            0 if self.has(EngineKind::Exact) => 1024,
+            0 => 256,
+            mb => mb,
         }
+    }
+
+    /// Whether the session runs `engine`.
+    pub fn has(&self, engine: EngineKind) -> bool {
+        self.engines.contains(&engine)
+    }
+
+    /// The session's class-rewriting engine, if any (bytecode or exact).
+    pub fn rewriting(&self) -> Option<EngineKind> {
+        self.engines.iter().copied().find(|e| e.rewrites())
+    }
+
+    /// The engines as `mode=` names them: `asgct`, `asgct+alloc+lock`.
+    pub fn mode_name(&self) -> String {
+        self.engines.iter().map(|e| e.name()).collect::<Vec<_>>().join("+")
+    }
+
+    /// The metrics the session's engines count, in engine order, each once.
+    pub fn metrics(&self) -> Vec<Metric> {
+        let mut metrics = Vec::new();
+        for m in self.engines.iter().flat_map(|e| e.metrics()) {
+            if !metrics.contains(&m) {
+                metrics.push(m);
+            }
+        }
+        metrics
     }
 }
 
 impl Default for Options {
     fn default() -> Options {
         Options {
-            mode: Mode::Asgct,
+            engines: vec![EngineKind::Asgct],
             interval_ns: 10_000_000,
             timer: TimerKind::Auto,
             files: Vec::new(),
@@ -112,6 +201,9 @@ impl Default for Options {
             maxpath: 50,
             callsite: true,
             bb: false,
+            alloc_bytes: 512 * 1024,
+            live: false,
+            lock_ns: 10_000,
             include: Vec::new(),
             exclude: Vec::new(),
         }
@@ -134,8 +226,18 @@ impl fmt::Display for OptionError {
 /// Every option: key, accepted values, default, meaning. The help text and the README table come from
 /// here.
 pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
-    ("mode", "asgct | bytecode | exact", "asgct", "what to profile"),
-    ("interval", "duration 10us..10s (ns, us, ms, s)", "10ms", "asgct: CPU time between samples of a thread"),
+    (
+        "mode",
+        "engines joined by +: asgct (or cpu) | wall | alloc | lock | bytecode | exact",
+        "asgct",
+        "what to profile (several engines at once: asgct+alloc+lock; bytecode and exact exclude each other)",
+    ),
+    (
+        "interval",
+        "duration 10us..10s (ns, us, ms, s)",
+        "10ms",
+        "asgct: CPU time between samples of a thread; wall: wall-clock time between samples",
+    ),
     ("timer", "auto | perf | ctimer | itimer", "auto", "asgct: perf if allowed, else ctimer; itimer only on request"),
     (
         "file",
@@ -149,7 +251,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "from the extension",
         "format of file= paths whose extension says none",
     ),
-    ("metric", Metric::ACCEPTED, "samples (exact: calls)", "the counter collapsed stacks, flame graph and text show"),
+    (
+        "metric",
+        Metric::ACCEPTED,
+        "the first engine's: samples, wall, alloc_bytes, lock_ns, bytecode_samples, calls",
+        "the counter collapsed stacks, flame graph and text show",
+    ),
     ("threads", "on | off", "off", "a root per thread"),
     ("depth", "1..8192", "2048", "deepest stack recorded; deeper stacks are cut at [truncated]"),
     (
@@ -170,6 +277,9 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ),
     ("callsite", "on | off", "off (bytecode), on (exact)", "bytecode/exact: keep calls from different callsites apart"),
     ("bb", "on | off", "off", "exact: also count every basic block in every calling context"),
+    ("alloc", "size 1..1g (bytes, or with k, m, g)", "512k", "alloc: mean bytes allocated between two samples"),
+    ("live", "on | off", "off", "alloc: report only objects still reachable when the profile is written"),
+    ("lock", "duration 0..10s (0 = every wait)", "10us", "lock: waits shorter than this are not recorded"),
     (
         "include",
         "class pattern, * and ? wildcards (repeatable, or :-separated)",
@@ -264,11 +374,22 @@ impl Options {
             let need = || value.filter(|v| !v.is_empty()).ok_or_else(|| bad(key, ""));
             match key {
                 "mode" => {
-                    o.mode = match need()? {
-                        "asgct" => Mode::Asgct,
-                        "bytecode" => Mode::Bytecode,
-                        "exact" => Mode::Exact,
-                        v => return Err(bad(key, v)),
+                    let v = need()?;
+                    o.engines = parse_engines(v).ok_or_else(|| bad(key, v))?;
+                }
+                "alloc" => {
+                    let v = need()?;
+                    o.alloc_bytes = match parse_size(v) {
+                        Some(b) if (1..=1 << 30).contains(&b) => b,
+                        _ => return Err(bad(key, v)),
+                    }
+                }
+                "live" => o.live = parse_switch(key, value)?,
+                "lock" => {
+                    let v = need()?;
+                    o.lock_ns = match parse_duration(v) {
+                        Some(ns) if ns <= 10_000_000_000 => ns,
+                        _ => return Err(bad(key, v)),
                     }
                 }
                 "interval" => {
@@ -351,12 +472,34 @@ impl Options {
             // Bytecode mode keeps callsites apart only on request: recording a callsite costs a store
             // before every call (xalan: 4.6x against 3.7x, docs/BENCHMARKS.md), and samples are
             // attributed to methods either way. Exact mode is callsite-aware by default.
-            o.callsite = o.mode != Mode::Bytecode;
+            o.callsite = !o.has(EngineKind::Bytecode);
         }
-        if o.bb && o.mode != Mode::Exact {
+        if o.has(EngineKind::Bytecode) && o.has(EngineKind::Exact) {
+            return Err(OptionError(format!(
+                "kprof: bad option 'mode={}': bytecode and exact both rewrite every class, in two ways that cannot \
+                 share it; run them apart",
+                o.mode_name()
+            )));
+        }
+        if o.bb && !o.has(EngineKind::Exact) {
             return Err(OptionError(format!(
                 "kprof: bad option 'bb=on': accepted only with mode=exact (this is mode={})",
-                o.mode.name()
+                o.mode_name()
+            )));
+        }
+        if o.live && !o.has(EngineKind::Alloc) {
+            return Err(OptionError(format!(
+                "kprof: bad option 'live=on': accepted only with the alloc engine (this is mode={})",
+                o.mode_name()
+            )));
+        }
+        if let Some(m) = o.metric.filter(|m| !o.metrics().contains(m) && *m != Metric::Samples) {
+            let have: Vec<&str> = o.metrics().iter().map(|m| m.name()).collect();
+            return Err(OptionError(format!(
+                "kprof: bad option 'metric={}': mode={} counts {}",
+                m.name(),
+                o.mode_name(),
+                have.join(", ")
             )));
         }
         Ok(o)
@@ -368,13 +511,38 @@ impl Options {
             && !self.exclude.iter().any(|p| glob(p, class))
     }
 
-    /// The metric views use: `metric=` or the mode's default.
+    /// The metric views use: `metric=` or the first engine's default.
     pub fn effective_metric(&self) -> Metric {
-        self.metric.unwrap_or(match self.mode {
-            Mode::Exact => Metric::Calls,
-            _ => Metric::Samples,
-        })
+        self.metric.unwrap_or_else(|| self.engines.first().map_or(Metric::Samples, |e| e.default_metric()))
     }
+}
+
+/// Parses `mode=`: engines joined by `+`, each at most once.
+fn parse_engines(v: &str) -> Option<Vec<EngineKind>> {
+    let mut engines = Vec::new();
+    for name in v.split('+') {
+        let e = EngineKind::parse(name.trim())?;
+        if engines.contains(&e) {
+            return None;
+        }
+        engines.push(e);
+    }
+    Some(engines)
+}
+
+/// Parses a size in bytes: `512`, `512k`, `1m`, `2g` (binary multiples; `kb`, `mb`, `gb` too).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let lower = s.to_ascii_lowercase();
+    let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
+    let (num, unit) = lower.split_at(split);
+    let scale: u64 = match unit {
+        "" | "b" => 1,
+        "k" | "kb" => 1 << 10,
+        "m" | "mb" => 1 << 20,
+        "g" | "gb" => 1 << 30,
+        _ => return None,
+    };
+    num.parse::<u64>().ok()?.checked_mul(scale)
 }
 
 /// Matches `text` against `pattern`, where `*` matches any run of characters and `?` one character.
@@ -414,7 +582,8 @@ mod tests {
     #[test]
     fn defaults() {
         let o = Options::parse(None).unwrap();
-        assert_eq!(o.mode, Mode::Asgct);
+        assert_eq!(o.engines, [EngineKind::Asgct]);
+        assert_eq!((o.alloc_bytes, o.live, o.lock_ns), (512 * 1024, false, 10_000));
         assert_eq!(o.interval_ns, 10_000_000);
         assert_eq!(o.timer, TimerKind::Auto);
         assert_eq!(o.files, vec![OutputFile { path: DEFAULT_FILE.into(), format: Format::Html }]);
@@ -442,7 +611,7 @@ mod tests {
         assert_eq!(o.timer, TimerKind::Perf);
         assert_eq!(o.files.len(), 2);
         assert_eq!(o.files[1].format, Format::Collapsed);
-        assert_eq!(o.metric, Some(Metric::Weight));
+        assert_eq!(o.metric, Some(Metric::Cpu));
         assert!(o.threads);
         assert_eq!((o.depth, o.cct_mb()), (64, 16));
     }
@@ -489,13 +658,55 @@ mod tests {
             ("depth=99999", "'depth=99999'"),
             ("cct_mb=lots", "'cct_mb=lots'"),
             ("duration=5", "'duration=5'"),
+            ("mode=asgct+", "'mode=asgct+'"),
+            ("mode=wall+wall", "'mode=wall+wall'"),
+            ("mode=cpu+heap", "'mode=cpu+heap'"),
+            ("mode=bytecode+exact", "'mode=bytecode+exact'"),
+            ("alloc=0", "'alloc=0'"),
+            ("alloc=2g", "'alloc=2g'"),
+            ("alloc=lots", "'alloc=lots'"),
+            ("live=perhaps", "'live=perhaps'"),
+            ("mode=asgct,live=on", "'live=on'"),
+            ("lock=1h", "'lock=1h'"),
+            ("lock=11s", "'lock=11s'"),
+            ("lock=5", "'lock=5'"),
+            ("mode=asgct,metric=calls", "'metric=calls'"),
         ];
         for (input, needle) in cases {
             let err = Options::parse(Some(input)).unwrap_err().0;
             assert!(err.contains(needle), "{input}: {err}");
-            assert!(err.contains("accepted"), "{input}: {err}");
+            assert!(
+                err.contains("accepted") || err.contains("counts") || err.contains("run them apart"),
+                "{input}: {err}"
+            );
             assert!(!err.contains('\n'), "{input}: {err}");
         }
+    }
+
+    #[test]
+    fn engines_combine_with_plus() {
+        let o = Options::parse(Some("mode=cpu+alloc+lock,alloc=1m,lock=0,live")).unwrap();
+        assert_eq!(o.engines, [EngineKind::Asgct, EngineKind::Alloc, EngineKind::Lock]);
+        assert_eq!(o.mode_name(), "asgct+alloc+lock");
+        assert_eq!((o.alloc_bytes, o.lock_ns, o.live), (1 << 20, 0, true));
+        assert_eq!(
+            o.metrics(),
+            [Metric::Samples, Metric::Cpu, Metric::AllocCount, Metric::AllocBytes, Metric::LockCount, Metric::LockNs]
+        );
+        assert_eq!(o.effective_metric(), Metric::Samples);
+        let w = Options::parse(Some("mode=wall+alloc")).unwrap();
+        assert_eq!(w.effective_metric(), Metric::Wall);
+        let b = Options::parse(Some("mode=bytecode+asgct,metric=cpu")).unwrap();
+        assert_eq!((b.rewriting(), b.effective_metric()), (Some(EngineKind::Bytecode), Metric::Cpu));
+        assert!(!b.callsite, "bytecode mode keeps callsites apart only on request");
+        assert_eq!(Options::parse(Some("mode=exact")).unwrap().effective_metric(), Metric::Calls);
+        assert_eq!(Options::parse(Some("mode=bytecode")).unwrap().effective_metric(), Metric::BytecodeSamples);
+        // `samples` names the sampling engine's samples where there are no CPU samples.
+        assert!(Options::parse(Some("mode=bytecode,metric=samples")).is_ok());
+        assert_eq!(parse_size("512k"), Some(512 << 10));
+        assert_eq!(parse_size("3"), Some(3));
+        assert_eq!(parse_size("2MB"), Some(2 << 20));
+        assert_eq!(parse_size("k"), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! Names are cached for the agent's lifetime, so a method named once keeps its name after its class is
 //! unloaded.
 
-use crate::cct::SnapNode;
+use crate::cct::{SnapNode, Snapshot};
 use crate::frame::{FrameId, FrameRef, Pseudo};
 use crate::jvmti::{Jni, Jvmti};
 use kprof_profile::output::json::{Children, NodeLine, NodeLines};
@@ -58,6 +58,9 @@ impl Resolver {
             Some(FrameRef::Thread(n)) => {
                 Frame::thread(src.threads.get(n as usize).map(String::as_str).unwrap_or("unknown"))
             }
+            Some(FrameRef::Label(n)) => {
+                Frame::pseudo(&crate::frame::label_name(n).unwrap_or_else(|| Pseudo::UnknownMethod.name().to_string()))
+            }
             Some(FrameRef::Method(id)) => match src.methods.and_then(|t| t.name(id)) {
                 Some(m) => {
                     let mut f = Frame::java(&m.class.replace('/', "."), &m.name, &m.descriptor);
@@ -75,10 +78,13 @@ impl Resolver {
         frame
     }
 
-    /// Builds the resolved profile from a CCT snapshot.
-    pub fn profile(&mut self, snap: &[SnapNode], meta: Meta, src: &NameSources) -> Profile {
+    /// Builds the resolved profile from a CCT snapshot (its nodes keep the snapshot's numbering).
+    pub fn profile(&mut self, snapshot: &Snapshot, meta: Meta, src: &NameSources) -> Profile {
+        let snap = &snapshot.nodes;
         let (frames, frame_of) = self.frames_of(snap, src);
-        let mut profile = Profile { meta, frames, nodes: Vec::with_capacity(snap.len()) };
+        let mut profile = Profile::new(meta, &[]);
+        profile.frames = frames;
+        profile.nodes = Vec::with_capacity(snap.len());
         // Each node's children in one allocation of the right size (a push at a time regrew most of them).
         let mut child_counts = vec![0u32; snap.len()];
         for n in snap.iter().skip(1) {
@@ -88,15 +94,15 @@ impl Resolver {
             profile.nodes.push(Node {
                 frame: frame_of[i],
                 callsite: n.callsite,
-                samples: n.samples,
-                weight: n.weight,
-                calls: n.calls,
                 blocks: Vec::new(),
                 children: Vec::with_capacity(child_counts[i] as usize),
             });
             if i > 0 {
                 profile.nodes[n.parent as usize].children.push(i as u32);
             }
+        }
+        for (&metric, column) in snapshot.metrics.iter().zip(&snapshot.columns) {
+            profile.set_column(metric, column.clone());
         }
         profile
     }
@@ -105,7 +111,8 @@ impl Resolver {
     /// millions of contexts as JSON from it skips building a [`Profile`] (a node and a child list per
     /// context, 0.3 s of the JVM's exit on 4 million contexts). `None` unless the snapshot is numbered
     /// as [`crate::cct::Cct::snapshot`] numbers it: every child after its parent, siblings consecutive.
-    pub fn resolved_snapshot<'a>(&mut self, snap: &'a [SnapNode], src: &NameSources) -> Option<ResolvedSnapshot<'a>> {
+    pub fn resolved_snapshot<'a>(&mut self, snapshot: &'a Snapshot, src: &NameSources) -> Option<ResolvedSnapshot<'a>> {
+        let snap = &snapshot.nodes;
         let mut first_child = vec![0u32; snap.len()];
         let mut child_count = vec![0u32; snap.len()];
         for (i, n) in snap.iter().enumerate().skip(1) {
@@ -121,7 +128,7 @@ impl Resolver {
             child_count[p] += 1;
         }
         let (frames, frame_of) = self.frames_of(snap, src);
-        Some(ResolvedSnapshot { snap, frames, frame_of, first_child, child_count })
+        Some(ResolvedSnapshot { snapshot, frames, frame_of, first_child, child_count })
     }
 
     /// The frames of a snapshot, each named and interned once (an exact profile has millions of nodes
@@ -148,7 +155,7 @@ impl Resolver {
 
 /// A CCT snapshot with its frames named: see [`Resolver::resolved_snapshot`].
 pub struct ResolvedSnapshot<'a> {
-    snap: &'a [SnapNode],
+    snapshot: &'a Snapshot,
     pub frames: Vec<Frame>,
     frame_of: Vec<u32>,
     first_child: Vec<u32>,
@@ -156,33 +163,43 @@ pub struct ResolvedSnapshot<'a> {
 }
 
 impl ResolvedSnapshot<'_> {
-    /// Inclusive samples, weight and calls of every node: one backward sweep, each node added into its
-    /// parent (which comes before it).
-    pub fn totals(&self) -> [Vec<u64>; 3] {
-        let own: [fn(&SnapNode) -> u64; 3] = [|n| n.samples, |n| n.weight, |n| n.calls];
-        own.map(|value| {
-            let mut totals: Vec<u64> = self.snap.iter().map(value).collect();
-            add_into_parents(&mut totals, |i| self.snap[i].parent as usize);
-            totals
-        })
+    /// Inclusive values of every node, a vector per metric of the snapshot: one backward sweep, each node
+    /// added into its parent (which comes before it).
+    pub fn totals(&self) -> Vec<Vec<u64>> {
+        let nodes = &self.snapshot.nodes;
+        self.snapshot
+            .columns
+            .iter()
+            .map(|column| {
+                let mut totals = column.clone();
+                add_into_parents(&mut totals, |i| nodes[i].parent as usize);
+                totals
+            })
+            .collect()
+    }
+
+    /// The metrics of the snapshot, in its order.
+    pub fn metrics(&self) -> &[kprof_profile::Metric] {
+        &self.snapshot.metrics
     }
 }
 
 impl NodeLines for ResolvedSnapshot<'_> {
     fn count(&self) -> usize {
-        self.snap.len()
+        self.snapshot.nodes.len()
+    }
+
+    fn value(&self, i: usize, k: usize) -> u64 {
+        self.snapshot.columns[k][i]
     }
 
     fn line(&self, i: usize) -> NodeLine<'_> {
-        let n = &self.snap[i];
+        let n = &self.snapshot.nodes[i];
         let first = self.first_child[i];
         NodeLine {
             frame: self.frame_of[i],
             callsite: n.callsite,
             parent: if i == 0 { -1 } else { n.parent as i64 },
-            samples: n.samples,
-            weight: n.weight,
-            calls: n.calls,
             blocks: &[],
             children: Children::Run(first..first + self.child_count[i]),
         }
@@ -245,9 +262,13 @@ mod tests {
 
     #[test]
     fn a_snapshot_written_directly_is_the_profile_written() {
-        use crate::cct::Cct;
+        use crate::cct::{Cct, Metric};
         use crate::frame::Pseudo;
         let cct = Cct::with_bytes(1 << 20).unwrap();
+        let metrics = [Metric::Calls, Metric::Bytecodes, Metric::Samples, Metric::Cpu];
+        for m in metrics {
+            cct.enable(m).unwrap();
+        }
         // Thread and pseudo frames only: naming them needs no JVM.
         let root = crate::cct::ROOT;
         let mut x = 7u64;
@@ -257,11 +278,12 @@ mod tests {
             let parent = nodes[(x >> 33) as usize % nodes.len()];
             let frame = if i % 3 == 0 { FrameId::pseudo(Pseudo::UnknownMethod) } else { FrameId::thread(i % 5) };
             let n = cct.child(parent, frame, (i % 4) as i32).unwrap();
-            cct.add_calls(n, (x >> 40) % 9, (x >> 50) % 100);
-            cct.add_samples(n, (x >> 45) % 3, (x >> 30) % 1000);
+            cct.add(n, Metric::Calls, (x >> 40) % 9);
+            cct.add(n, Metric::Bytecodes, (x >> 50) % 100);
+            cct.add_events(n, Metric::Samples, (x >> 45) % 3, Metric::Cpu, (x >> 30) % 1000);
             nodes.push(n);
         }
-        let snap = cct.snapshot();
+        let snap = cct.snapshot(&metrics);
         let threads: Vec<String> = (0..5).map(|t| format!("worker-{t}")).collect();
         // SAFETY: no frame of this tree is a method, so the environment is never called.
         let jvmti = unsafe { Jvmti::from_raw(std::ptr::null_mut()) };
@@ -270,27 +292,21 @@ mod tests {
         let mut resolver = Resolver::default();
         let profile = resolver.profile(&snap, meta.clone(), &src);
         let tree = resolver.resolved_snapshot(&snap, &src).expect("the tree's own snapshot");
-        let [samples, weight, calls] = tree.totals();
+        let totals = tree.totals();
         let mut direct = Vec::new();
-        kprof_profile::output::json::write_tree_to(
-            &meta,
-            &tree.frames,
-            &tree,
-            [&samples, &weight, &calls],
-            &mut direct,
-        )
-        .unwrap();
+        kprof_profile::output::json::write_tree_to(&meta, &tree.frames, tree.metrics(), &tree, &totals, &mut direct)
+            .unwrap();
         assert!(direct == kprof_profile::output::json::render(&profile), "the two ways wrote different text");
-        assert_eq!(calls[0], profile.nodes.iter().map(|n| n.calls).sum::<u64>());
+        assert_eq!(totals[0][0], profile.column(Metric::Calls).unwrap().iter().sum::<u64>());
 
         // Siblings apart, or a child before its parent: not a snapshot this writer takes.
         let mut apart = snap.clone();
-        let last = apart.len() - 1;
-        assert_ne!(snap[last].parent, 0, "the last node is deep in the tree, not one of the root's children");
-        apart[last].parent = 0;
+        let last = apart.nodes.len() - 1;
+        assert_ne!(snap.nodes[last].parent, 0, "the last node is deep in the tree, not one of the root's children");
+        apart.nodes[last].parent = 0;
         assert!(resolver.resolved_snapshot(&apart, &src).is_none());
         let mut backwards = snap.clone();
-        backwards[1].parent = 2;
+        backwards.nodes[1].parent = 2;
         assert!(resolver.resolved_snapshot(&backwards, &src).is_none());
     }
 }

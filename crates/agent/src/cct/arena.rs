@@ -27,6 +27,8 @@ unsafe impl<T: Sync> Sync for Arena<T> {}
 pub(super) unsafe trait Zeroable {}
 // SAFETY: atomics are integers; zero is a valid value.
 unsafe impl Zeroable for std::sync::atomic::AtomicU32 {}
+// SAFETY: as above.
+unsafe impl Zeroable for std::sync::atomic::AtomicU64 {}
 // SAFETY: the CCT node is a struct of atomics only.
 unsafe impl Zeroable for super::Node {}
 

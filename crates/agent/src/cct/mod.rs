@@ -1,9 +1,11 @@
 //! The calling context tree: one tree for all threads and all engines.
 //!
-//! A node is keyed by (parent, frame id, callsite bci) and holds three counters: samples, weight (CPU
-//! nanoseconds or bytecodes) and calls. Everything lives in arenas allocated once at start-up ([`arena`]),
-//! so inserting never allocates, never locks and never calls into the JVM: it is safe inside a signal
-//! handler.
+//! A node is keyed by (parent, frame id, callsite bci). Its counters are kept apart, one column per
+//! [`Metric`] (CPU samples and time, wall time, allocated bytes, lock waits, bytecodes, calls...): a column
+//! is made when the first engine that fills it starts, so a run pays memory only for the metrics of its
+//! engines, and every engine of a run counts into the same nodes. Everything lives in arenas allocated
+//! before use ([`arena`]), so inserting and counting never allocate, never lock and never call into the
+//! JVM: they are safe inside a signal handler.
 //!
 //! Lookup is one open-addressing hash table over all nodes (slots hold node indices, published with a
 //! CAS); each node also heads a CAS-pushed list of its children, which only the (rare) snapshot walks.
@@ -16,7 +18,9 @@ mod arena;
 
 use crate::frame::{FrameId, Pseudo};
 use arena::Arena;
+pub use kprof_profile::Metric;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// A node index. 0 is "none".
 pub type NodeId = u32;
@@ -31,9 +35,6 @@ struct Node {
     callsite: AtomicI32,
     first_child: AtomicU32,
     next_sibling: AtomicU32,
-    samples: AtomicU64,
-    weight: AtomicU64,
-    calls: AtomicU64,
 }
 
 /// Hash table slots per node: a load factor of at most one half keeps probe sequences short.
@@ -58,6 +59,8 @@ impl NodeReserve {
 pub struct Cct {
     nodes: Arena<Node>,
     table: Arena<AtomicU32>,
+    /// A column of counters per metric, indexed by node; made by [`Cct::enable`].
+    columns: [OnceLock<Arena<AtomicU64>>; Metric::COUNT],
     mask: usize,
     /// Next free node index.
     next: AtomicU32,
@@ -76,9 +79,22 @@ pub struct SnapNode {
     pub frame: FrameId,
     pub callsite: i32,
     pub parent: u32,
-    pub samples: u64,
-    pub weight: u64,
-    pub calls: u64,
+}
+
+/// A copy of the tree: its nodes, parents before children, and the counters of the metrics asked for, a
+/// column each indexed like `nodes`.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub nodes: Vec<SnapNode>,
+    pub metrics: Vec<Metric>,
+    pub columns: Vec<Vec<u64>>,
+}
+
+impl Snapshot {
+    /// The column of `metric` (zeros when it was not asked for).
+    pub fn column(&self, metric: Metric) -> Option<&[u64]> {
+        self.metrics.iter().position(|&m| m == metric).map(|k| self.columns[k].as_slice())
+    }
 }
 
 /// Occupancy figures.
@@ -92,8 +108,10 @@ pub struct CctStats {
 }
 
 impl Cct {
-    /// Bytes of arena each node costs (node plus its share of the hash table).
-    pub const BYTES_PER_NODE: usize = std::mem::size_of::<Node>() + SLOTS_PER_NODE * std::mem::size_of::<AtomicU32>();
+    /// Bytes of arena each node costs: the node, its share of the hash table and two counters (a run's first
+    /// engine's pair; each further metric takes 8 bytes a node more, committed only as nodes are used).
+    pub const BYTES_PER_NODE: usize =
+        std::mem::size_of::<Node>() + SLOTS_PER_NODE * std::mem::size_of::<AtomicU32>() + 2 * 8;
 
     /// A tree that uses at most about `bytes` of memory. Pages are committed lazily by the kernel, so a
     /// large, mostly unused arena costs little. Returns `None` when the memory cannot be reserved.
@@ -103,6 +121,7 @@ impl Cct {
         let cct = Cct {
             nodes: Arena::zeroed(capacity + 1)?,
             table: Arena::zeroed(slots)?,
+            columns: Default::default(),
             mask: slots - 1,
             next: AtomicU32::new(ROOT + 1),
             overflow: 0,
@@ -126,6 +145,23 @@ impl Cct {
         if !self.table_populated.swap(true, Ordering::Relaxed) {
             self.table.populate(0..self.table.len());
         }
+    }
+
+    /// Makes the counter column of `metric` if there is none: before an engine that counts it starts (the
+    /// column is allocated here, never on a counting path). Err when the memory cannot be had.
+    pub fn enable(&self, metric: Metric) -> Result<(), String> {
+        let column = &self.columns[metric.index()];
+        if column.get().is_none() {
+            let arena = Arena::zeroed(self.nodes.len())
+                .ok_or_else(|| format!("no memory for the tree's '{}' counters", metric.name()))?;
+            let _ = column.set(arena);
+        }
+        Ok(())
+    }
+
+    /// Whether `metric` has its column.
+    pub fn enabled(&self, metric: Metric) -> bool {
+        self.columns[metric.index()].get().is_some()
     }
 
     /// The node that collects samples which found no room.
@@ -288,31 +324,24 @@ impl Cct {
         (node, true)
     }
 
-    /// Adds a sample of `weight` to `node`. Samples on the overflow node are also counted as overflow.
-    pub fn add_sample(&self, node: NodeId, weight: u64) {
-        let n = &self.nodes[node as usize];
-        n.samples.fetch_add(1, Ordering::Relaxed);
-        n.weight.fetch_add(weight, Ordering::Relaxed);
-        if node == self.overflow {
-            self.overflow_samples.fetch_add(1, Ordering::Relaxed);
+    /// Adds `v` to `node`'s counter of `metric`; nothing when the metric has no column (its engine never
+    /// started). Lock-free and allocation-free: safe in a signal handler.
+    #[inline]
+    pub fn add(&self, node: NodeId, metric: Metric, v: u64) {
+        if let Some(column) = self.columns[metric.index()].get() {
+            column[node as usize].fetch_add(v, Ordering::Relaxed);
         }
     }
 
-    /// Adds `samples` samples of total `weight` to `node` (batched deliveries).
-    pub fn add_samples(&self, node: NodeId, samples: u64, weight: u64) {
-        let n = &self.nodes[node as usize];
-        n.samples.fetch_add(samples, Ordering::Relaxed);
-        n.weight.fetch_add(weight, Ordering::Relaxed);
+    /// Adds `events` events (samples, allocations, waits) of total `weight` to `node`: `count` and `weighed`
+    /// are the engine's two metrics. Events on the overflow node are also counted as overflow.
+    #[inline]
+    pub fn add_events(&self, node: NodeId, count: Metric, events: u64, weighed: Metric, weight: u64) {
+        self.add(node, count, events);
+        self.add(node, weighed, weight);
         if node == self.overflow {
-            self.overflow_samples.fetch_add(samples, Ordering::Relaxed);
+            self.overflow_samples.fetch_add(events, Ordering::Relaxed);
         }
-    }
-
-    /// Adds `calls` invocations and `weight` to `node` (exact mode).
-    pub fn add_calls(&self, node: NodeId, calls: u64, weight: u64) {
-        let n = &self.nodes[node as usize];
-        n.calls.fetch_add(calls, Ordering::Relaxed);
-        n.weight.fetch_add(weight, Ordering::Relaxed);
     }
 
     /// The frame and callsite of a node.
@@ -322,9 +351,9 @@ impl Cct {
     }
 
     /// A consistent-enough copy of the tree for writing out while threads keep inserting: every node
-    /// reachable from the root, parents before children. Counters are read once each.
-    pub fn snapshot(&self) -> Vec<SnapNode> {
-        let mut out = Vec::with_capacity(self.next.load(Ordering::Relaxed) as usize);
+    /// reachable from the root, parents before children, with the counters of `metrics` (each read once).
+    pub fn snapshot(&self, metrics: &[Metric]) -> Snapshot {
+        let mut nodes = Vec::with_capacity(self.next.load(Ordering::Relaxed) as usize);
         let read = |idx: NodeId, parent: u32| {
             let n = &self.nodes[idx as usize];
             SnapNode {
@@ -332,23 +361,27 @@ impl Cct {
                 frame: FrameId(n.frame.load(Ordering::Relaxed)),
                 callsite: n.callsite.load(Ordering::Relaxed),
                 parent,
-                samples: n.samples.load(Ordering::Relaxed),
-                weight: n.weight.load(Ordering::Relaxed),
-                calls: n.calls.load(Ordering::Relaxed),
             }
         };
-        out.push(read(ROOT, 0));
-        // (node, its index in `out`) pairs whose children are still to copy.
+        nodes.push(read(ROOT, 0));
+        // (node, its index in `nodes`) pairs whose children are still to copy.
         let mut work = vec![(ROOT, 0u32)];
         while let Some((idx, at)) = work.pop() {
             let mut c = self.nodes[idx as usize].first_child.load(Ordering::Acquire);
             while c != 0 {
-                out.push(read(c, at));
-                work.push((c, (out.len() - 1) as u32));
+                nodes.push(read(c, at));
+                work.push((c, (nodes.len() - 1) as u32));
                 c = self.nodes[c as usize].next_sibling.load(Ordering::Relaxed);
             }
         }
-        out
+        let columns = metrics
+            .iter()
+            .map(|m| match self.columns[m.index()].get() {
+                Some(column) => nodes.iter().map(|n| column[n.node as usize].load(Ordering::Relaxed)).collect(),
+                None => vec![0; nodes.len()],
+            })
+            .collect();
+        Snapshot { nodes, metrics: metrics.to_vec(), columns }
     }
 
     /// For the VM's exit, after the last snapshot: gives the tree's memory back to the kernel, so that
@@ -361,17 +394,19 @@ impl Cct {
         self.table_populated.store(false, Ordering::Relaxed);
         self.nodes.discard();
         self.table.discard();
+        for column in self.columns.iter().filter_map(OnceLock::get) {
+            column.discard();
+        }
     }
 
     /// Sets every counter to zero (a new profiling session over the same tree). Samples that race with
     /// the reset land on either side of it.
     pub fn reset_counters(&self) {
         let used = self.next.load(Ordering::Acquire).min(self.capacity() + 1);
-        for i in 1..used as usize {
-            let n = &self.nodes[i];
-            n.samples.store(0, Ordering::Relaxed);
-            n.weight.store(0, Ordering::Relaxed);
-            n.calls.store(0, Ordering::Relaxed);
+        for column in self.columns.iter().filter_map(OnceLock::get) {
+            for i in 1..used as usize {
+                column[i].store(0, Ordering::Relaxed);
+            }
         }
         self.overflow_samples.store(0, Ordering::Relaxed);
     }
@@ -380,7 +415,9 @@ impl Cct {
         CctStats {
             nodes: self.next.load(Ordering::Relaxed).min(self.capacity() + 1) - 1,
             capacity: self.capacity(),
-            bytes: self.nodes.bytes() + self.table.bytes(),
+            bytes: self.nodes.bytes()
+                + self.table.bytes()
+                + self.columns.iter().filter_map(OnceLock::get).map(|c| c.bytes()).sum::<usize>(),
             overflow_samples: self.overflow_samples.load(Ordering::Relaxed),
             wasted_nodes: self.wasted.load(Ordering::Relaxed),
         }
@@ -396,9 +433,22 @@ mod tests {
         FrameId::jmethod(0x1000 + n * 8)
     }
 
+    /// A tree counting CPU samples and calls, as the tests below use it.
+    fn tree(bytes: usize) -> Cct {
+        let cct = Cct::with_bytes(bytes).unwrap();
+        for m in [Metric::Samples, Metric::Cpu, Metric::Calls, Metric::Bytecodes] {
+            cct.enable(m).unwrap();
+        }
+        cct
+    }
+
+    fn sample(cct: &Cct, node: NodeId, weight: u64) {
+        cct.add_events(node, Metric::Samples, 1, Metric::Cpu, weight);
+    }
+
     #[test]
     fn same_key_same_node_distinct_callsites_distinct_nodes() {
-        let cct = Cct::with_bytes(1 << 20).unwrap();
+        let cct = tree(1 << 20);
         let a = cct.child(ROOT, f(1), -1).unwrap();
         assert_eq!(cct.child(ROOT, f(1), -1), Some(a));
         let b1 = cct.child(a, f(2), 3).unwrap();
@@ -412,26 +462,28 @@ mod tests {
 
     #[test]
     fn snapshot_has_parents_before_children_and_counters() {
-        let cct = Cct::with_bytes(1 << 20).unwrap();
+        let cct = tree(1 << 20);
         let (leaf, ok) = cct.path(ROOT, [(f(1), -1), (f(2), 4), (f(3), 7)]);
         assert!(ok);
-        cct.add_sample(leaf, 1000);
-        cct.add_sample(leaf, 1000);
-        cct.add_calls(leaf, 5, 0);
-        let snap = cct.snapshot();
+        sample(&cct, leaf, 1000);
+        sample(&cct, leaf, 1000);
+        cct.add(leaf, Metric::Calls, 5);
+        let snap = cct.snapshot(&[Metric::Samples, Metric::Cpu, Metric::Calls, Metric::Wall]);
         // root, overflow, f1, f2, f3
-        assert_eq!(snap.len(), 5);
-        for (i, n) in snap.iter().enumerate().skip(1) {
+        assert_eq!(snap.nodes.len(), 5);
+        for (i, n) in snap.nodes.iter().enumerate().skip(1) {
             assert!((n.parent as usize) < i);
         }
-        let leaf_snap = snap.iter().find(|n| n.frame == f(3)).unwrap();
-        assert_eq!((leaf_snap.samples, leaf_snap.weight, leaf_snap.calls, leaf_snap.callsite), (2, 2000, 5, 7));
-        assert_eq!(snap[leaf_snap.parent as usize].frame, f(2));
+        let at = snap.nodes.iter().position(|n| n.frame == f(3)).unwrap();
+        let values: Vec<u64> = snap.columns.iter().map(|c| c[at]).collect();
+        assert_eq!((values, snap.nodes[at].callsite), (vec![2, 2000, 5, 0], 7));
+        assert_eq!(snap.nodes[snap.nodes[at].parent as usize].frame, f(2));
+        assert_eq!(snap.column(Metric::Cpu).unwrap()[at], 2000);
     }
 
     #[test]
     fn a_full_arena_sends_samples_to_the_overflow_node_and_counts_them() {
-        let cct = Cct::with_bytes(Cct::BYTES_PER_NODE * 16).unwrap();
+        let cct = tree(Cct::BYTES_PER_NODE * 16);
         let mut overflowed = 0;
         for i in 0..100 {
             let (node, ok) = cct.path(ROOT, [(f(i), -1)]);
@@ -439,7 +491,7 @@ mod tests {
                 overflowed += 1;
                 assert_eq!(node, cct.overflow());
             }
-            cct.add_sample(node, 1);
+            sample(&cct, node, 1);
         }
         let stats = cct.stats();
         assert_eq!(stats.nodes, stats.capacity);
@@ -451,7 +503,7 @@ mod tests {
 
     #[test]
     fn concurrent_inserts_agree_on_every_node() {
-        let cct = Arc::new(Cct::with_bytes(64 << 20).unwrap());
+        let cct = Arc::new(tree(64 << 20));
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 let cct = Arc::clone(&cct);
@@ -466,7 +518,7 @@ mod tests {
                         let b = (x >> 20) % 200;
                         let (leaf, ok) = cct.path(ROOT, [(f(a), -1), (f(1000 + b), (a % 3) as i32)]);
                         assert!(ok);
-                        cct.add_sample(leaf, 1);
+                        sample(&cct, leaf, 1);
                     }
                 })
             })
@@ -474,22 +526,22 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let snap = cct.snapshot();
-        let total: u64 = snap.iter().map(|n| n.samples).sum();
+        let snap = cct.snapshot(&[Metric::Samples]);
+        let total: u64 = snap.columns[0].iter().sum();
         assert_eq!(total, 800_000);
         // No key appears twice in the snapshot.
-        let mut keys: Vec<_> = snap.iter().map(|n| (n.parent, n.frame, n.callsite)).collect();
+        let mut keys: Vec<_> = snap.nodes.iter().map(|n| (n.parent, n.frame, n.callsite)).collect();
         keys.sort();
         let before = keys.len();
         keys.dedup();
         assert_eq!(before, keys.len());
         // 100 first-level nodes, 100 x 200 second-level nodes, root and overflow.
-        assert_eq!(snap.len(), 2 + 100 + 100 * 200);
+        assert_eq!(snap.nodes.len(), 2 + 100 + 100 * 200);
     }
 
     #[test]
     fn threads_inserting_from_reserves_agree_and_give_back_what_they_did_not_use() {
-        let cct = Arc::new(Cct::with_bytes(64 << 20).unwrap());
+        let cct = Arc::new(tree(64 << 20));
         cct.populate_table();
         let threads: Vec<_> = (0..3u64)
             .map(|t| {
@@ -502,7 +554,8 @@ mod tests {
                         let k = (i * [1, 7, 11][t as usize] * 7919) % 30_000;
                         let parent = cct.child_reserved(ROOT, f(k % 30), -1, &mut reserve).unwrap();
                         let node = cct.child_reserved(parent, f(100 + k), (k % 5) as i32, &mut reserve).unwrap();
-                        cct.add_calls(node, 1, 2);
+                        cct.add(node, Metric::Calls, 1);
+                        cct.add(node, Metric::Bytecodes, 2);
                         found.push((k, node));
                     }
                     cct.release(reserve);
@@ -513,23 +566,40 @@ mod tests {
             .collect();
         let found: Vec<Vec<(u64, NodeId)>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
         assert!(found.iter().all(|f| *f == found[0]), "every thread found the same node for each key");
-        let snap = cct.snapshot();
-        assert_eq!(snap.len(), 2 + 30 + 30_000);
-        assert!(snap.iter().filter(|n| n.callsite >= 0).all(|n| (n.calls, n.weight) == (3, 6)));
-        assert_eq!(snap.iter().filter(|n| n.callsite >= 0).count(), 30_000);
+        let snap = cct.snapshot(&[Metric::Calls, Metric::Bytecodes]);
+        assert_eq!(snap.nodes.len(), 2 + 30 + 30_000);
+        let leaves: Vec<usize> = (0..snap.nodes.len()).filter(|&i| snap.nodes[i].callsite >= 0).collect();
+        assert!(leaves.iter().all(|&i| (snap.columns[0][i], snap.columns[1][i]) == (3, 6)));
+        assert_eq!(leaves.len(), 30_000);
         // Every node taken is in the tree or counted as wasted (unused reserves, lost races).
         let stats = cct.stats();
-        assert_eq!(stats.nodes as u64, snap.len() as u64 + stats.wasted_nodes);
+        assert_eq!(stats.nodes as u64, snap.nodes.len() as u64 + stats.wasted_nodes);
     }
 
     #[test]
     fn reset_clears_counters_but_keeps_nodes() {
+        let cct = tree(1 << 20);
+        let (leaf, _) = cct.path(ROOT, [(f(1), -1)]);
+        sample(&cct, leaf, 10);
+        cct.reset_counters();
+        let snap = cct.snapshot(&[Metric::Samples, Metric::Cpu]);
+        assert_eq!(snap.nodes.len(), 3);
+        assert!(snap.columns.iter().all(|c| c.iter().all(|&v| v == 0)));
+    }
+
+    #[test]
+    fn a_metric_without_a_column_counts_nothing_and_reads_as_zero() {
         let cct = Cct::with_bytes(1 << 20).unwrap();
         let (leaf, _) = cct.path(ROOT, [(f(1), -1)]);
-        cct.add_sample(leaf, 10);
-        cct.reset_counters();
-        let snap = cct.snapshot();
-        assert_eq!(snap.len(), 3);
-        assert!(snap.iter().all(|n| n.samples == 0 && n.weight == 0));
+        cct.add(leaf, Metric::AllocBytes, 100);
+        assert!(!cct.enabled(Metric::AllocBytes));
+        cct.enable(Metric::AllocBytes).unwrap();
+        cct.add(leaf, Metric::AllocBytes, 7);
+        let snap = cct.snapshot(&[Metric::AllocBytes, Metric::LockNs]);
+        assert_eq!(snap.columns[0].iter().sum::<u64>(), 7);
+        assert_eq!(snap.columns[1].iter().sum::<u64>(), 0);
+        let before = cct.stats().bytes;
+        cct.enable(Metric::LockNs).unwrap();
+        assert_eq!(cct.stats().bytes, before + cct.nodes.len() * 8);
     }
 }

@@ -73,7 +73,7 @@ impl Lines {
 /// contain spaces; a line repeated adds up. Frame names are turned back into frames by
 /// [`frame_from_display_name`], so they render to the same names again.
 pub fn parse(text: &str) -> Result<Profile, String> {
-    let mut profile = Profile::new(Meta { mode: "collapsed".to_string(), ..Meta::default() });
+    let mut profile = Profile::new(Meta { mode: "collapsed".to_string(), ..Meta::default() }, &[Metric::Samples]);
     let mut frames_by_name: HashMap<String, u32> = HashMap::new();
     frames_by_name.insert(profile.frames[0].display_name(), 0);
     let mut child_of: HashMap<(u32, u32), u32> = HashMap::new();
@@ -111,8 +111,8 @@ pub fn parse(text: &str) -> Result<Profile, String> {
                 }
             };
         }
-        let samples = &mut profile.nodes[node as usize].samples;
-        *samples = samples.checked_add(count).ok_or_else(|| bad("counts overflow"))?;
+        profile.value(node, Metric::Samples).checked_add(count).ok_or_else(|| bad("counts overflow"))?;
+        profile.add(node, Metric::Samples, count);
     }
     Ok(profile)
 }
@@ -211,10 +211,9 @@ fn java_to_descriptor(java: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Node;
 
     fn sample() -> Profile {
-        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() });
+        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() }, &[Metric::Samples, Metric::Calls]);
         let t = p.intern(Frame::thread("main"));
         let main = p.intern(Frame::java("a.Main", "main", "([Ljava/lang/String;)V"));
         let work = p.intern(Frame::java("a.Work", "run", "(I)J"));
@@ -226,11 +225,11 @@ mod tests {
         let w2 = p.add_child(nm, work, 9);
         let g = p.add_child(0, gc, -1);
         let s = p.add_child(nm, nat, 12);
-        p.nodes[nm as usize].samples = 1;
-        p.nodes[w1 as usize].samples = 2;
-        p.nodes[w2 as usize].samples = 3;
-        p.nodes[g as usize].samples = 4;
-        p.nodes[s as usize].calls = 5;
+        p.set(nm, Metric::Samples, 1);
+        p.set(w1, Metric::Samples, 2);
+        p.set(w2, Metric::Samples, 3);
+        p.set(g, Metric::Samples, 4);
+        p.set(s, Metric::Calls, 5);
         p
     }
 
@@ -321,13 +320,13 @@ mod tests {
 
     #[test]
     fn deep_trees_render_and_parse_without_recursion() {
-        let mut p = Profile::new(Meta::default());
+        let mut p = Profile::new(Meta::default(), &[Metric::Samples]);
         let f = p.intern(Frame::java("A", "r", "()V"));
         let mut n = 0;
         for _ in 0..100_000 {
             n = p.add_child(n, f, 1);
         }
-        p.nodes[n as usize] = Node { samples: 2, ..p.nodes[n as usize].clone() };
+        p.set(n, Metric::Samples, 2);
         let text = render(&p, Metric::Samples);
         assert_eq!(text.len(), 100_000 * "A.r()void;".len() - 1 + " 2\n".len());
         let back = parse(std::str::from_utf8(&text).unwrap()).unwrap();

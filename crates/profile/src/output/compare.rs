@@ -329,17 +329,17 @@ mod tests {
 
     #[test]
     fn a_context_is_the_whole_path_and_callsites_count_only_when_asked() {
-        let mut a = Profile::new(Meta::default());
+        let mut a = Profile::new(Meta::default(), &[Metric::Calls]);
         let m = a.intern(Frame::java("M", "m", "()V"));
         let f = a.intern(Frame::java("M", "f", "()V"));
         let nm = a.add_child(0, m, -1);
         let f1 = a.add_child(nm, f, 3);
         let f2 = a.add_child(nm, f, 9);
-        a.nodes[f1 as usize].calls = 1;
-        a.nodes[f2 as usize].calls = 3;
+        a.set(f1, Metric::Calls, 1);
+        a.set(f2, Metric::Calls, 3);
         let mut b = a.clone();
-        b.nodes[f1 as usize].calls = 3;
-        b.nodes[f2 as usize].calls = 1;
+        b.set(f1, Metric::Calls, 3);
+        b.set(f2, Metric::Calls, 1);
         assert_eq!(overlap_percent(&a, &b, Metric::Calls, false), 100.0);
         assert_eq!(overlap_percent(&a, &b, Metric::Calls, true), 50.0);
         let c = compare(&a, Metric::Calls, &b, Metric::Calls, true, 1);
@@ -353,14 +353,14 @@ mod tests {
     #[test]
     fn different_metrics_per_side_and_empty_profiles() {
         let mut a = from_collapsed("m;a 2\nm;b 2\n");
-        for n in &mut a.nodes {
-            n.calls = n.samples * 5;
+        for n in 0..a.nodes.len() as u32 {
+            a.set(n, Metric::Calls, a.value(n, Metric::Samples) * 5);
         }
         let b = from_collapsed("m;a 1\nm;b 1\n");
         let c = compare(&a, Metric::Calls, &b, Metric::Samples, false, 5);
         assert_eq!(c.overlap_percent, 100.0);
         assert_eq!((c.total_a, c.total_b), (20, 2));
-        let empty = Profile::new(Meta::default());
+        let empty = Profile::new(Meta::default(), &[Metric::Samples]);
         let c = compare(&empty, Metric::Samples, &b, Metric::Samples, false, 5);
         assert_eq!(c.overlap_percent, 0.0);
         assert_eq!(c.total_a, 0);
@@ -397,14 +397,14 @@ mod tests {
 
     #[test]
     fn collapsed_files_of_one_profile_overlap_fully() {
-        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() });
+        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() }, &[Metric::Samples]);
         let names =
             ["a.A.f(int)void", "b.B.<init>(a.A[])void", "[GC_active]", "java.lang.Thread.sleep(long)void [native]"];
         let frames: Vec<u32> = names.iter().map(|n| p.intern(collapsed::frame_from_display_name(n))).collect();
         let mut n = 0;
         for (i, &f) in frames.iter().cycle().take(50).enumerate() {
             n = p.add_child(if i % 7 == 0 { 0 } else { n }, f, i as i32);
-            p.nodes[n as usize].samples = i as u64 % 4;
+            p.set(n, Metric::Samples, i as u64 % 4);
         }
         let once = from_collapsed(std::str::from_utf8(&collapsed::render(&p, Metric::Samples)).unwrap());
         let twice = from_collapsed(std::str::from_utf8(&collapsed::render(&once, Metric::Samples)).unwrap());

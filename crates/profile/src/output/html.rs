@@ -17,7 +17,7 @@ const DATA_PLACEHOLDER: &str = "@KPROF_DATA@";
 struct FlameData {
     title: String,
     subtitle: String,
-    /// The metric's name: `samples`, `cpu_ns`, `bytecodes`, `calls`, `weight`.
+    /// The metric's name: `samples`, `cpu`, `alloc_bytes`, `calls`, ...
     unit: String,
     names: Vec<String>,
     /// One character per name: `j` Java, `n` native, `p` pseudo, `t` thread.
@@ -41,13 +41,9 @@ fn flame_data(profile: &Profile, metric: Metric) -> FlameData {
     let merged = profile.merged_by_frame();
     let totals = merged.totals(metric);
     let frame_names = super::display_names(&merged);
-    let unit = merged.meta.weight_unit;
     let mode = if merged.meta.mode.is_empty() { "unknown" } else { &merged.meta.mode };
-    let title = format!(
-        "kprof flame graph · mode {mode} · metric {} · total {}",
-        metric.name(unit),
-        amount(totals[0], metric, unit)
-    );
+    let title =
+        format!("kprof flame graph · mode {mode} · metric {} · total {}", metric.name(), amount(totals[0], metric));
     let mut subtitle = run_summary(&merged.meta);
     if !merged.meta.counters.is_empty() {
         let counters: Vec<String> = merged.meta.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -78,7 +74,7 @@ fn flame_data(profile: &Profile, metric: Metric) -> FlameData {
         nodes.extend_from_slice(&[index, totals[n as usize], children.len() as u64]);
         work.extend(children.iter().rev());
     }
-    FlameData { title, subtitle, unit: metric.name(unit).to_string(), names, kinds, nodes }
+    FlameData { title, subtitle, unit: metric.name().to_string(), names, kinds, nodes }
 }
 
 /// Renders the flame graph page under `metric`.
@@ -117,10 +113,10 @@ mod tests {
 
     #[test]
     fn page_is_self_contained_and_names_cannot_escape_the_data() {
-        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() });
+        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() }, &[Metric::Samples]);
         let evil = p.intern(Frame::pseudo("[</script><script>alert(1)</script><!--]"));
         let n = p.add_child(0, evil, -1);
-        p.nodes[n as usize].samples = 1;
+        p.add(n, Metric::Samples, 1);
         let html = String::from_utf8(render(&p, Metric::Samples)).unwrap();
         assert_eq!(html.matches("</script>").count(), 2, "only the page's own two script elements close");
         assert!(html.contains(r"\u003c/script>\u003cscript>alert(1)"));
@@ -133,22 +129,21 @@ mod tests {
     #[test]
     fn cpu_time_titles_show_time() {
         let mut p = collapsed::parse("a 1\n").unwrap();
-        p.meta.weight_unit = crate::model::WeightUnit::CpuNanos;
-        p.nodes[1].weight = 2_500_000;
-        let d = flame_data(&p, Metric::Weight);
-        assert_eq!(d.unit, "cpu_ns");
-        assert!(d.title.ends_with("total 2,500,000 cpu_ns (2.50 ms)"), "{}", d.title);
+        p.add(1, Metric::Cpu, 2_500_000);
+        let d = flame_data(&p, Metric::Cpu);
+        assert_eq!(d.unit, "cpu");
+        assert!(d.title.ends_with("total 2,500,000 cpu ns (2.50 ms)"), "{}", d.title);
     }
 
     #[test]
     fn deep_trees_do_not_recurse() {
-        let mut p = Profile::new(Meta::default());
+        let mut p = Profile::new(Meta::default(), &[Metric::Samples]);
         let f = p.intern(Frame::java("A", "r", "()V"));
         let mut n = 0;
         for _ in 0..100_000 {
             n = p.add_child(n, f, 1);
         }
-        p.nodes[n as usize].samples = 1;
+        p.add(n, Metric::Samples, 1);
         let d = flame_data(&p, Metric::Samples);
         assert_eq!(d.nodes.len(), 3 * 100_001);
         assert_eq!(d.names.len(), 2);

@@ -5,19 +5,25 @@
 //! with nesting limits (serde_json: 128, Python: ~1000) read it. One node per line keeps big files
 //! usable with line-oriented tools.
 
-use crate::model::{BlockCount, Frame, FrameKind, Meta, Metric, Node, Profile, WeightUnit};
+use crate::model::{BlockCount, Frame, FrameKind, Meta, Metric, Node, Profile};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 
 /// The value of `"format"`.
 pub const FORMAT: &str = "kprof-cct";
-/// The schema version this writer produces and the reader accepts.
-pub const VERSION: u32 = 1;
+/// The schema version this writer produces. The reader also reads version 1 (one `samples`, `weight` and
+/// `calls` counter per node, the weight's unit in `meta.weight_unit`).
+pub const VERSION: u32 = 2;
 
 #[derive(Serialize, Deserialize)]
 struct MetaJson {
     mode: String,
+    /// Version 2: the metrics every node carries, in order.
+    #[serde(default)]
+    metrics: Vec<String>,
+    /// Version 1 only.
+    #[serde(default, skip_serializing)]
     weight_unit: String,
     #[serde(default)]
     default_metric: Option<String>,
@@ -33,13 +39,6 @@ struct MetaJson {
     duration_ns: u64,
     #[serde(default)]
     counters: BTreeMap<String, u64>,
-}
-
-#[derive(Serialize)]
-struct TotalsJson {
-    samples: u64,
-    weight: u64,
-    calls: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -71,15 +70,12 @@ struct NodeIn {
     #[serde(default = "unknown_callsite")]
     callsite: i32,
     #[serde(default)]
-    samples: u64,
-    #[serde(default)]
-    weight: u64,
-    #[serde(default)]
-    calls: u64,
-    #[serde(default)]
     blocks: Vec<BlockJson>,
     #[serde(default)]
     children: Option<Vec<u64>>,
+    /// The counters, self (`samples`) and inclusive (`total_samples`, ignored), by name.
+    #[serde(flatten)]
+    counters: BTreeMap<String, u64>,
 }
 
 fn unknown_callsite() -> i32 {
@@ -95,14 +91,6 @@ struct DocIn {
     nodes: Vec<NodeIn>,
 }
 
-fn metric_key(m: Metric) -> &'static str {
-    match m {
-        Metric::Samples => "samples",
-        Metric::Weight => "weight",
-        Metric::Calls => "calls",
-    }
-}
-
 /// Renders the profile as a `kprof-cct` JSON document (every counter, self and inclusive).
 pub fn render(profile: &Profile) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + profile.frames.len() * 96 + profile.nodes.len() * 160);
@@ -115,26 +103,30 @@ pub fn render(profile: &Profile) -> Vec<u8> {
 /// serde's per-node serialization did on such trees; the golden test pins the format.
 pub fn write_to(profile: &Profile, out: &mut dyn Write) -> std::io::Result<()> {
     let parents = profile.parents();
-    let [samples, weight, calls] = profile.all_totals_given(&parents);
-    let nodes = ProfileNodes { profile, parents: &parents };
-    write_tree_to(&profile.meta, &profile.frames, &nodes, [&samples, &weight, &calls], out)
+    let totals = profile.all_totals_given(&parents);
+    let metrics = profile.metrics();
+    let nodes = ProfileNodes { profile, parents: &parents, metrics: &metrics };
+    write_tree_to(&profile.meta, &profile.frames, &metrics, &nodes, &totals, out)
 }
 
 /// Writes a `kprof-cct` document of `nodes` (numbered as [`Profile::nodes`] would be, every child after
-/// its parent or not), whose inclusive totals are `totals` (samples, weight, calls, indexed by node).
-/// [`write_to`] is this for a [`Profile`]; the agent writes its tree's snapshot through it without making
-/// a [`Profile`] of millions of nodes first.
+/// its parent or not) carrying `metrics`, whose inclusive totals are `totals` (one vector per metric,
+/// indexed by node). [`write_to`] is this for a [`Profile`]; the agent writes its tree's snapshot through
+/// it without making a [`Profile`] of millions of nodes first.
 pub fn write_tree_to<N: NodeLines>(
     meta: &Meta,
     frames: &[Frame],
+    metrics: &[Metric],
     nodes: &N,
-    totals: [&[u64]; 3],
+    totals: &[Vec<u64>],
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
+    assert_eq!(metrics.len(), totals.len(), "a totals vector per metric");
     let meta_json = MetaJson {
         mode: meta.mode.clone(),
-        weight_unit: meta.weight_unit.as_str().to_string(),
-        default_metric: meta.default_metric.map(|m| metric_key(m).to_string()),
+        metrics: metrics.iter().map(|m| m.name().to_string()).collect(),
+        weight_unit: String::new(),
+        default_metric: meta.default_metric.map(|m| m.name().to_string()),
         interval: meta.interval,
         timer: meta.timer.clone(),
         jvm: meta.jvm.clone(),
@@ -142,12 +134,15 @@ pub fn write_tree_to<N: NodeLines>(
         duration_ns: meta.duration_ns,
         counters: meta.counters.clone(),
     };
-    let [samples, weight, calls] = totals;
-    let root = |t: &[u64]| t.first().copied().unwrap_or(0);
     write!(out, "{{\"format\":\"{FORMAT}\",\"version\":{VERSION},\n\"meta\":")?;
     write(out, &meta_json)?;
     out.write_all(b",\n\"totals\":")?;
-    write(out, &TotalsJson { samples: root(samples), weight: root(weight), calls: root(calls) })?;
+    out.write_all(b"{")?;
+    for (k, (m, t)) in metrics.iter().zip(totals).enumerate() {
+        let sep = if k == 0 { "" } else { "," };
+        write!(out, "{sep}\"{}\":{}", m.name(), t.first().copied().unwrap_or(0))?;
+    }
+    out.write_all(b"}")?;
     out.write_all(b",\n\"frames\":[")?;
     for (i, f) in frames.iter().enumerate() {
         out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
@@ -161,7 +156,8 @@ pub fn write_tree_to<N: NodeLines>(
         write(out, &frame)?;
     }
     out.write_all(b"],\n\"nodes\":[")?;
-    let text = NodeText { nodes, samples, weight, calls };
+    let keys = NodeKeys::new(metrics);
+    let text = NodeText { nodes, keys: &keys, totals };
     write_nodes(&text, out)?;
     out.write_all(b"]}\n")
 }
@@ -172,9 +168,6 @@ pub struct NodeLine<'a> {
     pub callsite: i32,
     /// -1 for the root.
     pub parent: i64,
-    pub samples: u64,
-    pub weight: u64,
-    pub calls: u64,
     pub blocks: &'a [BlockCount],
     pub children: Children<'a>,
 }
@@ -190,12 +183,15 @@ pub trait NodeLines: Sync {
     /// How many nodes there are (the root is node 0).
     fn count(&self) -> usize;
     fn line(&self, i: usize) -> NodeLine<'_>;
+    /// Node `i`'s self value of the `k`-th metric of the write.
+    fn value(&self, i: usize, k: usize) -> u64;
 }
 
 /// A [`Profile`]'s nodes, with their parents from [`Profile::parents`].
 struct ProfileNodes<'a> {
     profile: &'a Profile,
     parents: &'a [u32],
+    metrics: &'a [Metric],
 }
 
 impl NodeLines for ProfileNodes<'_> {
@@ -209,11 +205,28 @@ impl NodeLines for ProfileNodes<'_> {
             frame: n.frame,
             callsite: n.callsite,
             parent: if i == 0 { -1 } else { self.parents[i] as i64 },
-            samples: n.samples,
-            weight: n.weight,
-            calls: n.calls,
             blocks: &n.blocks,
             children: Children::Listed(&n.children),
+        }
+    }
+
+    fn value(&self, i: usize, k: usize) -> u64 {
+        self.profile.value(i as u32, self.metrics[k])
+    }
+}
+
+/// The keys of a node line's counters, made once per write: `,"samples":` and `,"total_samples":` for
+/// each metric.
+struct NodeKeys {
+    own: Vec<Vec<u8>>,
+    total: Vec<Vec<u8>>,
+}
+
+impl NodeKeys {
+    fn new(metrics: &[Metric]) -> NodeKeys {
+        NodeKeys {
+            own: metrics.iter().map(|m| format!(",\"{}\":", m.name()).into_bytes()).collect(),
+            total: metrics.iter().map(|m| format!(",\"total_{}\":", m.name()).into_bytes()).collect(),
         }
     }
 }
@@ -225,12 +238,11 @@ const PARALLEL_NODES: usize = 1 << 16;
 /// Most threads that format nodes.
 const MAX_FORMATTERS: usize = 4;
 
-/// What one node's line is made of: the node and its inclusive totals.
+/// What one node's line is made of: the node and its inclusive totals (one vector per metric).
 struct NodeText<'a, N> {
     nodes: &'a N,
-    samples: &'a [u64],
-    weight: &'a [u64],
-    calls: &'a [u64],
+    keys: &'a NodeKeys,
+    totals: &'a [Vec<u64>],
 }
 
 impl<N: NodeLines> NodeText<'_, N> {
@@ -254,17 +266,13 @@ impl<N: NodeLines> NodeText<'_, N> {
             line.extend_from_slice(num.format(n.frame).as_bytes());
             line.extend_from_slice(b",\"callsite\":");
             line.extend_from_slice(num.format(n.callsite).as_bytes());
-            let counters: [(&[u8], u64); 6] = [
-                (b",\"samples\":", n.samples),
-                (b",\"weight\":", n.weight),
-                (b",\"calls\":", n.calls),
-                (b",\"total_samples\":", self.samples[i]),
-                (b",\"total_weight\":", self.weight[i]),
-                (b",\"total_calls\":", self.calls[i]),
-            ];
-            for (key, value) in counters {
+            for (k, key) in self.keys.own.iter().enumerate() {
                 line.extend_from_slice(key);
-                line.extend_from_slice(num.format(value).as_bytes());
+                line.extend_from_slice(num.format(self.nodes.value(i, k)).as_bytes());
+            }
+            for (key, total) in self.keys.total.iter().zip(self.totals) {
+                line.extend_from_slice(key);
+                line.extend_from_slice(num.format(total[i]).as_bytes());
             }
             if !n.blocks.is_empty() {
                 line.extend_from_slice(b",\"blocks\":[");
@@ -382,19 +390,32 @@ pub fn parse(text: &str) -> Result<Profile, String> {
     if doc.format != FORMAT {
         return Err(format!("format is '{}', expected '{FORMAT}'", doc.format));
     }
-    if doc.version != VERSION {
-        return Err(format!("version {} is not supported (this kprof reads version {VERSION})", doc.version));
+    if doc.version != VERSION && doc.version != 1 {
+        return Err(format!("version {} is not supported (this kprof reads versions 1 and {VERSION})", doc.version));
     }
     let m = doc.meta;
+    // Where each metric's self values are in a node: (metric, key).
+    let columns: Vec<(Metric, String)> = if doc.version == 1 {
+        version1_columns(&m.mode, &m.weight_unit)?
+    } else {
+        let mut columns = Vec::new();
+        for name in &m.metrics {
+            let metric =
+                Metric::parse(name).ok_or_else(|| format!("meta.metrics has '{name}', which is not a metric"))?;
+            columns.push((metric, name.clone()));
+        }
+        columns
+    };
     let default_metric = match m.default_metric.as_deref() {
         None => None,
-        Some(s) => Some(Metric::parse(s).ok_or_else(|| format!("meta.default_metric '{s}' is not a metric"))?),
+        // Version 1 named the counter (`weight`): the metric read from that key.
+        Some(s) => Some(match columns.iter().find(|(_, key)| doc.version == 1 && key == s) {
+            Some((metric, _)) => *metric,
+            None => Metric::parse(s).ok_or_else(|| format!("meta.default_metric '{s}' is not a metric"))?,
+        }),
     };
-    let weight_unit = WeightUnit::parse(&m.weight_unit)
-        .ok_or_else(|| format!("meta.weight_unit '{}' is not one of none, cpu_ns, bytecodes", m.weight_unit))?;
     let meta = Meta {
         mode: m.mode,
-        weight_unit,
         default_metric,
         interval: m.interval,
         timer: m.timer,
@@ -419,6 +440,7 @@ pub fn parse(text: &str) -> Result<Profile, String> {
     let explicit_children = doc.nodes.iter().any(|n| n.children.is_some());
     let mut parents = Vec::with_capacity(count);
     let mut nodes = Vec::with_capacity(count);
+    let mut values: Vec<Vec<u64>> = columns.iter().map(|_| Vec::with_capacity(count)).collect();
     for (i, n) in doc.nodes.into_iter().enumerate() {
         if let Some(id) = n.id {
             if id != i as u64 {
@@ -440,12 +462,12 @@ pub fn parse(text: &str) -> Result<Profile, String> {
             children.push(c as u32);
         }
         parents.push(n.parent);
+        for ((_, key), column) in columns.iter().zip(&mut values) {
+            column.push(n.counters.get(key).copied().unwrap_or(0));
+        }
         nodes.push(Node {
             frame: n.frame as u32,
             callsite: n.callsite,
-            samples: n.samples,
-            weight: n.weight,
-            calls: n.calls,
             blocks: n
                 .blocks
                 .into_iter()
@@ -460,7 +482,34 @@ pub fn parse(text: &str) -> Result<Profile, String> {
         }
     }
     check_tree(&nodes, &parents)?;
-    Ok(Profile { meta, frames, nodes })
+    let mut profile = Profile::new(meta, &[]);
+    profile.frames = frames;
+    profile.nodes = nodes;
+    for ((metric, _), column) in columns.into_iter().zip(values) {
+        profile.set_column(metric, column);
+    }
+    Ok(profile)
+}
+
+/// Version 1's three counters (`samples`, `weight` in the unit `weight_unit` names, `calls`) as the metrics
+/// they were, by mode; (metric, key) pairs.
+fn version1_columns(mode: &str, weight_unit: &str) -> Result<Vec<(Metric, String)>, String> {
+    let weight = match weight_unit {
+        "cpu_ns" => Some(Metric::Cpu),
+        "bytecodes" => Some(Metric::Bytecodes),
+        "none" => None,
+        other => return Err(format!("meta.weight_unit '{other}' is not one of none, cpu_ns, bytecodes")),
+    };
+    let samples = match mode {
+        "exact" => None,
+        "bytecode" => Some(Metric::BytecodeSamples),
+        _ => Some(Metric::Samples),
+    };
+    let calls = (mode != "asgct" && mode != "bytecode").then_some(Metric::Calls);
+    Ok([(samples, "samples"), (weight, "weight"), (calls, "calls")]
+        .into_iter()
+        .filter_map(|(m, key)| m.map(|m| (m, key.to_string())))
+        .collect())
 }
 
 /// Every node but the root is listed as a child exactly once, by its own parent, and is reachable from
@@ -499,7 +548,6 @@ mod tests {
     fn sample() -> Profile {
         let mut meta = Meta {
             mode: "exact".into(),
-            weight_unit: WeightUnit::Bytecodes,
             default_metric: Some(Metric::Calls),
             interval: 0,
             timer: String::new(),
@@ -509,7 +557,7 @@ mod tests {
             counters: BTreeMap::new(),
         };
         meta.counters.insert("classes_rewritten".into(), 812);
-        let mut p = Profile::new(meta);
+        let mut p = Profile::new(meta, &[Metric::Calls, Metric::Bytecodes, Metric::Samples]);
         let main = p.intern(Frame::java("a.Main", "main", "([Ljava/lang/String;)V"));
         let f = p.intern(Frame::java("a.B$C", "f\"quoted\"\\", "(IJ)Ljava/lang/Object;"));
         let n = p.intern(Frame { kind: FrameKind::Native, ..Frame::java("java.lang.Object", "hashCode", "()I") });
@@ -519,14 +567,14 @@ mod tests {
         let a = p.add_child(nm, f, 4);
         let b = p.add_child(nm, f, 17);
         let c = p.add_child(a, n, 2);
-        p.nodes[nm as usize].calls = 1;
-        p.nodes[a as usize].calls = 10;
-        p.nodes[a as usize].weight = 1234;
+        p.set(nm, Metric::Calls, 1);
+        p.set(a, Metric::Calls, 10);
+        p.set(a, Metric::Bytecodes, 1234);
         p.nodes[a as usize].blocks =
             vec![BlockCount { start_bci: 0, end_bci: 5, count: 10 }, BlockCount { start_bci: 5, end_bci: 9, count: 3 }];
-        p.nodes[b as usize].calls = 7;
-        p.nodes[c as usize].calls = 10;
-        p.nodes[c as usize].samples = 2;
+        p.set(b, Metric::Calls, 7);
+        p.set(c, Metric::Calls, 10);
+        p.set(c, Metric::Samples, 2);
         p
     }
 
@@ -541,28 +589,65 @@ mod tests {
 
     #[test]
     fn golden_document() {
-        let mut p = Profile::new(Meta { mode: "asgct".into(), weight_unit: WeightUnit::CpuNanos, ..Meta::default() });
+        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() }, &[Metric::Samples, Metric::Cpu]);
         let f = p.intern(Frame::java("A", "f", "()V"));
         let n = p.add_child(0, f, 3);
-        p.nodes[n as usize].samples = 2;
-        p.nodes[n as usize].weight = 2_000_000;
+        p.set(n, Metric::Samples, 2);
+        p.set(n, Metric::Cpu, 2_000_000);
         let text = String::from_utf8(render(&p)).unwrap();
-        let expected = r#"{"format":"kprof-cct","version":1,
-"meta":{"mode":"asgct","weight_unit":"cpu_ns","default_metric":null,"interval":0,"timer":"","jvm":"","start_unix_ms":0,"duration_ns":0,"counters":{}},
-"totals":{"samples":2,"weight":2000000,"calls":0},
+        let expected = r#"{"format":"kprof-cct","version":2,
+"meta":{"mode":"asgct","metrics":["samples","cpu"],"default_metric":null,"interval":0,"timer":"","jvm":"","start_unix_ms":0,"duration_ns":0,"counters":{}},
+"totals":{"samples":2,"cpu":2000000},
 "frames":[
 {"kind":"pseudo","class":"","method":"[root]","signature":"","name":"[root]"},
 {"kind":"java","class":"A","method":"f","signature":"()V","name":"A.f()void"}],
 "nodes":[
-{"id":0,"parent":-1,"frame":0,"callsite":-1,"samples":0,"weight":0,"calls":0,"total_samples":2,"total_weight":2000000,"total_calls":0,"children":[1]},
-{"id":1,"parent":0,"frame":1,"callsite":3,"samples":2,"weight":2000000,"calls":0,"total_samples":2,"total_weight":2000000,"total_calls":0,"children":[]}]}
+{"id":0,"parent":-1,"frame":0,"callsite":-1,"samples":0,"cpu":0,"total_samples":2,"total_cpu":2000000,"children":[1]},
+{"id":1,"parent":0,"frame":1,"callsite":3,"samples":2,"cpu":2000000,"total_samples":2,"total_cpu":2000000,"children":[]}]}
 "#;
         assert_eq!(text, expected);
     }
 
     #[test]
+    fn reads_version_1_documents_as_the_metrics_they_held() {
+        let v1 = |mode: &str, unit: &str| {
+            format!(
+                r#"{{"format":"kprof-cct","version":1,"meta":{{"mode":"{mode}","weight_unit":"{unit}","default_metric":"weight"}},
+                "frames":[{{"kind":"pseudo","method":"[root]"}},{{"kind":"java","class":"A","method":"f"}}],
+                "nodes":[{{"parent":-1,"frame":0}},{{"parent":0,"frame":1,"samples":3,"weight":30,"calls":7}}]}}"#
+            )
+        };
+        let asgct = parse(&v1("asgct", "cpu_ns")).unwrap();
+        assert_eq!(asgct.metrics(), [Metric::Samples, Metric::Cpu]);
+        assert_eq!((asgct.value(1, Metric::Samples), asgct.value(1, Metric::Cpu)), (3, 30));
+        assert_eq!(asgct.default_metric(), Metric::Cpu);
+        let bytecode = parse(&v1("bytecode", "bytecodes")).unwrap();
+        assert_eq!(bytecode.metrics(), [Metric::BytecodeSamples, Metric::Bytecodes]);
+        let exact = parse(&v1("exact", "bytecodes")).unwrap();
+        assert_eq!(exact.metrics(), [Metric::Bytecodes, Metric::Calls]);
+        assert_eq!((exact.value(1, Metric::Calls), exact.default_metric()), (7, Metric::Bytecodes));
+        assert!(parse(&v1("asgct", "furlongs")).unwrap_err().contains("weight_unit"));
+    }
+
+    #[test]
+    fn nodes_carry_every_metric_of_a_combined_run() {
+        let metrics = [Metric::Samples, Metric::Cpu, Metric::AllocCount, Metric::AllocBytes, Metric::LockNs];
+        let mut p = Profile::new(Meta { mode: "asgct+alloc+lock".into(), ..Meta::default() }, &metrics);
+        let f = p.intern(Frame::java("A", "f", "()V"));
+        let n = p.add_child(0, f, -1);
+        for (i, &m) in metrics.iter().enumerate() {
+            p.set(n, m, 10 + i as u64);
+        }
+        let text = String::from_utf8(render(&p)).unwrap();
+        assert!(text.contains(r#""alloc_bytes":13,"lock_ns":14,"total_samples":10"#), "{text}");
+        assert!(text.contains(r#""totals":{"samples":10,"cpu":11,"alloc_count":12,"alloc_bytes":13,"lock_ns":14}"#));
+        let back = parse(&text).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
     fn reads_nodes_given_by_parent_only() {
-        let text = r#"{"format":"kprof-cct","version":1,"meta":{"mode":"script","weight_unit":"none"},
+        let text = r#"{"format":"kprof-cct","version":2,"meta":{"mode":"script","metrics":["samples"]},
             "frames":[{"kind":"pseudo","method":"[root]"},{"kind":"java","class":"A","method":"f"}],
             "nodes":[{"parent":-1,"frame":0},{"parent":0,"frame":1,"samples":3},{"parent":1,"frame":1,"samples":1}]}"#;
         let p = parse(text).unwrap();
@@ -577,9 +662,9 @@ mod tests {
         let cases: Vec<(String, &str)> = vec![
             ("{}".into(), "not a kprof JSON profile"),
             (good.replace("kprof-cct", "other"), "format is 'other'"),
-            (good.replace("\"version\":1", "\"version\":2"), "version 2 is not supported"),
+            (good.replace("\"version\":2", "\"version\":3"), "version 3 is not supported"),
             (good.replace("\"kind\":\"thread\"", "\"kind\":\"robot\""), "kind 'robot'"),
-            (good.replace("\"weight_unit\":\"bytecodes\"", "\"weight_unit\":\"furlongs\""), "weight_unit"),
+            (good.replace("\"metrics\":[\"calls\"", "\"metrics\":[\"furlongs\""), "'furlongs', which is not a metric"),
             (good.replace("\"children\":[3,4]", "\"children\":[3,3]"), "listed twice"),
             (good.replace("\"children\":[3,4]", "\"children\":[3]"), "not listed"),
             (good.replace("\"id\":2,\"parent\":1", "\"id\":2,\"parent\":7"), "parent 7 is not valid"),
@@ -590,7 +675,7 @@ mod tests {
             assert!(err.contains(want), "{err} (wanted {want})");
         }
         // A cycle detached from the root.
-        let text = r#"{"format":"kprof-cct","version":1,"meta":{"mode":"x","weight_unit":"none"},
+        let text = r#"{"format":"kprof-cct","version":2,"meta":{"mode":"x"},
             "frames":[{"kind":"pseudo","method":"[root]"}],
             "nodes":[{"parent":-1,"frame":0,"children":[]},{"parent":2,"frame":0,"children":[2]},
                      {"parent":1,"frame":0,"children":[1]}]}"#;
@@ -599,13 +684,13 @@ mod tests {
 
     #[test]
     fn deep_trees_round_trip_without_recursion() {
-        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() });
+        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() }, &[Metric::Samples]);
         let f = p.intern(Frame::java("A", "r", "()V"));
         let mut n = 0;
         for i in 0..100_000 {
             n = p.add_child(n, f, i % 7);
         }
-        p.nodes[n as usize].samples = 5;
+        p.set(n, Metric::Samples, 5);
         let text = String::from_utf8(render(&p)).unwrap();
         let back = parse(&text).unwrap();
         assert_eq!(back, p);
@@ -613,7 +698,7 @@ mod tests {
 
     #[test]
     fn a_large_tree_formatted_by_several_threads_is_the_same_text() {
-        let mut p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() });
+        let mut p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() }, &[Metric::Calls, Metric::Bytecodes]);
         let frames: Vec<u32> = (0..50).map(|i| p.intern(Frame::java("a.M", &format!("m{i}"), "()V"))).collect();
         // 3 chunks and a bit of a fourth; parents spread over the whole tree.
         let count = 3 * CHUNK_NODES + 123;
@@ -622,14 +707,16 @@ mod tests {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let parent = ((x >> 33) % i) as u32;
             let n = p.add_child(parent, frames[(x >> 20) as usize % frames.len()], (i % 7) as i32);
-            p.nodes[n as usize].calls = i;
-            p.nodes[n as usize].weight = i * 3;
+            p.set(n, Metric::Calls, i);
+            p.set(n, Metric::Bytecodes, i * 3);
         }
-        let [samples, weight, calls] = p.all_totals();
-        assert_eq!(calls[0], (1..count as u64).sum::<u64>());
+        let totals = p.all_totals();
+        assert_eq!(totals[0][0], (1..count as u64).sum::<u64>());
         let parents = p.parents();
-        let nodes = ProfileNodes { profile: &p, parents: &parents };
-        let text = NodeText { nodes: &nodes, samples: &samples, weight: &weight, calls: &calls };
+        let metrics = p.metrics();
+        let nodes = ProfileNodes { profile: &p, parents: &parents, metrics: &metrics };
+        let keys = NodeKeys::new(&metrics);
+        let text = NodeText { nodes: &nodes, keys: &keys, totals: &totals };
         let mut one = Vec::new();
         write_nodes_with(&text, &mut one, 0).unwrap();
         for formatters in [1, 2, 3, 4, 8] {
@@ -641,7 +728,8 @@ mod tests {
         // The whole document, with the parallel path the writer takes on its own, reads back the same.
         let back = parse(std::str::from_utf8(&render(&p)).unwrap()).unwrap();
         assert_eq!(back.nodes.len(), count);
-        assert!(back.nodes.iter().zip(&p.nodes).all(|(a, b)| a.calls == b.calls && a.children == b.children));
+        assert_eq!(back.column(Metric::Calls), p.column(Metric::Calls));
+        assert!(back.nodes.iter().zip(&p.nodes).all(|(a, b)| a.children == b.children));
     }
 
     #[test]
@@ -659,15 +747,17 @@ mod tests {
                 Ok(())
             }
         }
-        let mut p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() });
+        let mut p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() }, &[Metric::Calls, Metric::Bytecodes]);
         let f = p.intern(Frame::java("a.M", "m", "()V"));
         for i in 1..(6 * CHUNK_NODES) as u32 {
             p.add_child(i - 1, f, 1);
         }
-        let [samples, weight, calls] = p.all_totals();
+        let totals = p.all_totals();
         let parents = p.parents();
-        let nodes = ProfileNodes { profile: &p, parents: &parents };
-        let text = NodeText { nodes: &nodes, samples: &samples, weight: &weight, calls: &calls };
+        let metrics = p.metrics();
+        let nodes = ProfileNodes { profile: &p, parents: &parents, metrics: &metrics };
+        let keys = NodeKeys::new(&metrics);
+        let text = NodeText { nodes: &nodes, keys: &keys, totals: &totals };
         let err = write_nodes_with(&text, &mut Full(3 << 20), 3).unwrap_err();
         assert_eq!(err.to_string(), "disk full");
     }

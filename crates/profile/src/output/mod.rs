@@ -241,10 +241,10 @@ mod tests {
         assert_eq!(err.to_string(), "disk full");
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
         // Streamed collapsed stacks are what render makes.
-        let mut p = Profile::new(crate::model::Meta::default());
+        let mut p = Profile::new(crate::model::Meta::default(), &[Metric::Samples]);
         let main = p.intern(crate::model::Frame::java("a.Main", "main", "()V"));
         let n = p.child(0, main, -1);
-        p.nodes[n as usize].samples = 3;
+        p.set(n, Metric::Samples, 3);
         let path = write_profile(&target, &p, Format::Collapsed, Metric::Samples).unwrap();
         assert_eq!(fs::read(&path).unwrap(), render(&p, Format::Collapsed, Metric::Samples));
         assert_eq!(collapsed::Lines::new(&p, Metric::Samples).byte_len(), fs::metadata(&path).unwrap().len());

@@ -1,9 +1,9 @@
 //! pprof: a gzipped `perftools.profiles.Profile` protobuf, encoded by hand (the handful of messages
 //! needed is smaller than a protobuf dependency).
 //!
-//! - Sample types follow the profile: `samples/count` (sampling modes), `cpu/nanoseconds` or
-//!   `bytecodes/count` for the weight counter, `calls/count` (exact mode); the default sample type is the
-//!   profile's default metric.
+//! - One sample type per metric of the profile, named as the metric (`samples/count`, `cpu/nanoseconds`,
+//!   `alloc_bytes/bytes`, `lock_ns/nanoseconds`, `calls/count`, ...), so `-sample_index=NAME` picks what
+//!   `metric=NAME` shows elsewhere; the default sample type is the profile's default metric.
 //! - One Function per distinct frame name (name = display name, system name = JVM form
 //!   `java/lang/String.indexOf(I)I`).
 //! - One Location per (function, line), where line is the *callsite bytecode index*: a frame's line is
@@ -13,7 +13,7 @@
 //! - One Sample per calling context with a non-zero counter, its location ids leaf first, the
 //!   `[root]` pseudo-frame left out (pprof has its own root).
 
-use crate::model::{FrameKind, Metric, Profile, WeightUnit};
+use crate::model::{FrameKind, Metric, Profile, Unit};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use std::collections::HashMap;
@@ -133,24 +133,20 @@ impl Strings {
 
 /// The sample types written for `profile`, in order: (metric, type, unit).
 pub fn sample_types(profile: &Profile) -> Vec<(Metric, &'static str, &'static str)> {
-    let any = |f: fn(&crate::model::Node) -> u64| profile.nodes.iter().any(|n| f(n) > 0);
-    let mut types = Vec::new();
-    if profile.meta.mode != "exact" || any(|n| n.samples) {
-        types.push((Metric::Samples, "samples", "count"));
-    }
-    match profile.meta.weight_unit {
-        WeightUnit::CpuNanos => types.push((Metric::Weight, "cpu", "nanoseconds")),
-        WeightUnit::Bytecodes => types.push((Metric::Weight, "bytecodes", "count")),
-        WeightUnit::None if any(|n| n.weight) => types.push((Metric::Weight, "weight", "count")),
-        WeightUnit::None => {}
-    }
-    if profile.meta.mode == "exact" || any(|n| n.calls) {
-        types.push((Metric::Calls, "calls", "count"));
-    }
+    let mut types: Vec<_> = profile.metrics().into_iter().map(|m| (m, m.name(), unit(m))).collect();
     if types.is_empty() {
         types.push((Metric::Samples, "samples", "count"));
     }
     types
+}
+
+/// pprof's name for a metric's unit.
+fn unit(m: Metric) -> &'static str {
+    match m.unit() {
+        Unit::Count | Unit::Bytecodes => "count",
+        Unit::Nanoseconds => "nanoseconds",
+        Unit::Bytes => "bytes",
+    }
 }
 
 /// Renders `profile` as gzipped pprof (every counter the profile has; see the module comment).
@@ -243,11 +239,11 @@ pub fn render(profile: &Profile) -> Vec<u8> {
     out.buf.extend_from_slice(&functions.buf);
 
     let meta = &profile.meta;
-    let period = match meta.mode.as_str() {
-        "asgct" => Some(("cpu", "nanoseconds")),
-        "bytecode" => Some(("bytecodes", "count")),
-        _ => None,
-    };
+    // The sampling period of the engine behind the first timed metric.
+    let period = [(Metric::Cpu, "nanoseconds"), (Metric::Wall, "nanoseconds"), (Metric::BytecodeSamples, "count")]
+        .into_iter()
+        .find(|(m, _)| profile.has(*m))
+        .map(|(m, unit)| (if m == Metric::BytecodeSamples { "bytecodes" } else { m.name() }, unit));
     let mut scalars = Message::default();
     scalars.uint(field::profile::TIME_NANOS, meta.start_unix_ms.saturating_mul(1_000_000));
     scalars.uint(field::profile::DURATION_NANOS, meta.duration_ns);
@@ -358,23 +354,19 @@ mod tests {
 
     #[test]
     fn stacks_are_leaf_first_with_callsite_lines() {
-        let mut p = Profile::new(Meta {
-            mode: "asgct".into(),
-            weight_unit: WeightUnit::CpuNanos,
-            interval: 1_000_000,
-            start_unix_ms: 1_000,
-            duration_ns: 5,
-            ..Meta::default()
-        });
+        let mut p = Profile::new(
+            Meta { mode: "asgct".into(), interval: 1_000_000, start_unix_ms: 1_000, duration_ns: 5, ..Meta::default() },
+            &[Metric::Samples, Metric::Cpu],
+        );
         let m = p.intern(Frame::java("a.M", "main", "()V"));
         let f = p.intern(Frame::java("a.M", "f", "(I)V"));
         let nm = p.add_child(0, m, -1);
         let f1 = p.add_child(nm, f, 4);
         let f2 = p.add_child(nm, f, 11);
-        p.nodes[f1 as usize].samples = 2;
-        p.nodes[f1 as usize].weight = 2_000_000;
-        p.nodes[f2 as usize].samples = 1;
-        p.nodes[f2 as usize].weight = 1_000_000;
+        p.add(f1, Metric::Samples, 2);
+        p.add(f1, Metric::Cpu, 2_000_000);
+        p.add(f2, Metric::Samples, 1);
+        p.add(f2, Metric::Cpu, 1_000_000);
         let raw = decode(&render(&p));
         let top = fields(&raw);
         let strings: Vec<String> =
@@ -421,23 +413,38 @@ mod tests {
     }
 
     #[test]
-    fn exact_profiles_carry_calls_and_bytecodes() {
-        let p = Profile::new(Meta { mode: "exact".into(), weight_unit: WeightUnit::Bytecodes, ..Meta::default() });
+    fn sample_types_are_the_profiles_metrics() {
+        let p = Profile::new(Meta { mode: "exact".into(), ..Meta::default() }, &[Metric::Calls, Metric::Bytecodes]);
         let types: Vec<_> = sample_types(&p).into_iter().map(|t| (t.1, t.2)).collect();
-        assert_eq!(types, [("bytecodes", "count"), ("calls", "count")]);
-        let c = Profile::new(Meta { mode: "collapsed".into(), ..Meta::default() });
+        assert_eq!(types, [("calls", "count"), ("bytecodes", "count")]);
+        let all =
+            [Metric::Samples, Metric::Cpu, Metric::AllocCount, Metric::AllocBytes, Metric::LockCount, Metric::LockNs];
+        let p = Profile::new(Meta { mode: "asgct+alloc+lock".into(), ..Meta::default() }, &all);
+        let types: Vec<_> = sample_types(&p).into_iter().map(|t| (t.1, t.2)).collect();
+        assert_eq!(
+            types,
+            [
+                ("samples", "count"),
+                ("cpu", "nanoseconds"),
+                ("alloc_count", "count"),
+                ("alloc_bytes", "bytes"),
+                ("lock_count", "count"),
+                ("lock_ns", "nanoseconds")
+            ]
+        );
+        let c = Profile::new(Meta { mode: "collapsed".into(), ..Meta::default() }, &[]);
         assert_eq!(sample_types(&c).len(), 1);
     }
 
     #[test]
     fn deep_trees_render() {
-        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() });
+        let mut p = Profile::new(Meta { mode: "asgct".into(), ..Meta::default() }, &[Metric::Samples]);
         let f = p.intern(Frame::java("A", "r", "()V"));
         let mut n = 0;
         for i in 0..100_000 {
             n = p.add_child(n, f, i % 3);
         }
-        p.nodes[n as usize].samples = 1;
+        p.add(n, Metric::Samples, 1);
         let raw = decode(&render(&p));
         let top = fields(&raw);
         assert_eq!(top.iter().filter(|f| f.0 == 2).count(), 1);

@@ -1,7 +1,7 @@
 //! The text report of `kprof report` (hprof's `cpu=samples` table is the model): a header with the
 //! run's facts, the top methods by self and by total count, and the hottest stacks.
 
-use crate::model::{FrameKind, Meta, Metric, Profile, WeightUnit};
+use crate::model::{FrameKind, Meta, Metric, Profile, Unit};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -109,13 +109,28 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
-/// A count under `metric` with its unit: `1,234 samples`, `12,000,000 cpu_ns (12.00 ms)`.
-pub fn amount(v: u64, metric: Metric, unit: WeightUnit) -> String {
-    let name = metric.name(unit);
-    if metric == Metric::Weight && unit == WeightUnit::CpuNanos {
-        format!("{} {name} ({})", thousands(v), duration(v))
+/// A count under `metric` with its unit: `1,234 samples`, `12,000,000 cpu ns (12.00 ms)`,
+/// `1,048,576 alloc_bytes (1.0 MiB)`.
+pub fn amount(v: u64, metric: Metric) -> String {
+    let name = metric.name();
+    match metric.unit() {
+        Unit::Nanoseconds => format!("{} {name} ns ({})", thousands(v), duration(v)),
+        Unit::Bytes => format!("{} {name} ({})", thousands(v), bytes(v)),
+        Unit::Count | Unit::Bytecodes => format!("{} {name}", thousands(v)),
+    }
+}
+
+/// Bytes as a short size: `512 B`, `1.5 KiB`, `12.0 MiB`, `3.25 GiB`.
+pub fn bytes(v: u64) -> String {
+    let f = v as f64;
+    if v < 1 << 10 {
+        format!("{v} B")
+    } else if v < 1 << 20 {
+        format!("{:.1} KiB", f / 1024.0)
+    } else if v < 1 << 30 {
+        format!("{:.1} MiB", f / 1048576.0)
     } else {
-        format!("{} {name}", thousands(v))
+        format!("{:.2} GiB", f / 1073741824.0)
     }
 }
 
@@ -151,6 +166,9 @@ pub fn run_summary(meta: &Meta) -> String {
             _ => format!("interval {}", duration(meta.interval)),
         });
     }
+    if let Some(gran) = meta.counters.get("gran").filter(|_| meta.mode != "bytecode") {
+        parts.push(format!("granularity {} bytecodes", thousands(*gran)));
+    }
     if meta.start_unix_ms > 0 {
         parts.push(format!("started {}", utc_time(meta.start_unix_ms)));
     }
@@ -174,23 +192,24 @@ fn percent(part: u64, whole: u64) -> f64 {
 /// The report under `metric`, each table at most `top` rows.
 pub fn render(profile: &Profile, metric: Metric, top: usize) -> String {
     let meta = &profile.meta;
-    let unit = meta.weight_unit;
-    let metric_name = metric.name(unit);
+    let metric_name = metric.name();
     let totals = profile.totals(metric);
     let total = totals[0];
     let mut out = String::new();
     let mode = if meta.mode.is_empty() { "unknown" } else { &meta.mode };
-    let _ = writeln!(out, "kprof report: mode {mode}, metric {metric_name}, total {}", amount(total, metric, unit));
+    let _ = writeln!(out, "kprof report: mode {mode}, metric {metric_name}, total {}", amount(total, metric));
     let run = run_summary(meta);
     if !run.is_empty() {
         let _ = writeln!(out, "run: {run}");
     }
-    // Every counter the profile has (the chosen one always).
-    let all: Vec<String> = [Metric::Samples, Metric::Weight, Metric::Calls]
+    // Every metric the profile has (the chosen one always).
+    let mut metrics = profile.metrics();
+    if !metrics.contains(&metric) {
+        metrics.insert(0, metric);
+    }
+    let all: Vec<String> = metrics
         .into_iter()
-        .map(|m| (m, if m == metric { total } else { profile.totals(m)[0] }))
-        .filter(|&(m, v)| m == metric || v > 0)
-        .map(|(m, v)| amount(v, m, unit))
+        .map(|m| amount(if m == metric { total } else { profile.column(m).map_or(0, |c| c.iter().sum()) }, m))
         .collect();
     let _ = writeln!(out, "totals: {}", all.join("; "));
     if !meta.counters.is_empty() {
@@ -208,7 +227,8 @@ pub fn render(profile: &Profile, metric: Metric, top: usize) -> String {
         thousands(methods.len() as u64)
     );
     if total == 0 {
-        let _ = writeln!(out, "\nno {metric_name} in this profile (try another --metric: {})", Metric::ACCEPTED);
+        let have: Vec<&str> = profile.metrics().iter().map(|m| m.name()).collect();
+        let _ = writeln!(out, "\nno {metric_name} in this profile (it has: {})", have.join(", "));
         return out;
     }
 
@@ -311,7 +331,6 @@ rank    self   accum            count  stack
         let mut p = collapsed::parse("a.B.c()void 3\n").unwrap();
         p.meta = Meta {
             mode: "asgct".into(),
-            weight_unit: WeightUnit::CpuNanos,
             interval: 1_000_000,
             timer: "perf".into(),
             jvm: "OpenJDK 21".into(),
@@ -319,12 +338,10 @@ rank    self   accum            count  stack
             duration_ns: 2_500_000_000,
             ..Meta::default()
         };
-        p.nodes[1].weight = 3_000_000;
-        let text = render(&p, Metric::Weight, 5);
-        assert!(
-            text.starts_with("kprof report: mode asgct, metric cpu_ns, total 3,000,000 cpu_ns (3.00 ms)\n"),
-            "{text}"
-        );
+        p.add(1, Metric::Cpu, 3_000_000);
+        let text = render(&p, Metric::Cpu, 5);
+        assert!(text.starts_with("kprof report: mode asgct, metric cpu, total 3,000,000 cpu ns (3.00 ms)\n"), "{text}");
+        assert!(text.contains("totals: 3 samples; 3,000,000 cpu ns (3.00 ms)\n"), "{text}");
         assert!(
             text.contains(
                 "run: timer perf; interval 1.00 ms; started 2024-05-06 12:53:20 UTC; duration 2.500 s; jvm OpenJDK 21\n"
@@ -338,7 +355,7 @@ rank    self   accum            count  stack
     fn an_empty_metric_says_so() {
         let p = collapsed::parse("a 1\n").unwrap();
         let text = render(&p, Metric::Calls, 5);
-        assert!(text.contains("no calls in this profile"), "{text}");
+        assert!(text.contains("no calls in this profile (it has: samples)"), "{text}");
     }
 
     #[test]
@@ -354,17 +371,20 @@ rank    self   accum            count  stack
         assert_eq!(utc_time(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc_time(951_782_400_000), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc_time(1_709_251_199_000), "2024-02-29 23:59:59 UTC");
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 << 30), "3.00 GiB");
     }
 
     #[test]
     fn deep_stacks_are_cut_and_do_not_recurse() {
-        let mut p = Profile::new(Meta::default());
+        let mut p = Profile::new(Meta::default(), &[Metric::Samples]);
         let f = p.intern(Frame::java("A", "r", "()V"));
         let mut n = 0;
         for _ in 0..100_000 {
             n = p.add_child(n, f, 1);
         }
-        p.nodes[n as usize].samples = 1;
+        p.add(n, Metric::Samples, 1);
         let text = render(&p, Metric::Samples, 3);
         assert!(text.contains("... 99960 more frames"), "{}", &text[..text.len().min(2000)]);
         let m = method_counts(&p, Metric::Samples);

@@ -1,4 +1,5 @@
-//! mode=asgct: CPU-time sampling of Java threads from a timer signal with AsyncGetCallTrace.
+//! mode=asgct (the cpu engine): CPU-time sampling of Java threads from a timer signal with
+//! AsyncGetCallTrace.
 //!
 //! Each Java thread gets its own timer ([`timer`]) when it is registered; the signal handler
 //! ([`Sampler::on_signal`]) runs on the sampled thread, asks AsyncGetCallTrace for its stack and adds the
@@ -7,12 +8,215 @@
 
 pub mod threads;
 
-use crate::cct::{Cct, NodeId};
+use crate::cct::{Cct, Metric, NodeId};
+use crate::engine::{fields, format_interval, Engine, Host, Phase, OWN_THREAD_PREFIX};
 use crate::frame::{FrameId, Pseudo};
-use kprof_timers::{self as timer, TimerKind};
+use crate::jvmti::bindings::*;
+use crate::jvmti::{vmstructs, Jni, Jvmti};
+use kprof_profile::Meta;
+use kprof_protocol::options::{EngineKind, Options};
+use kprof_timers::{self as timer, gettid, TimerKind};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use threads::{CallFrame, ACTIVE, REGISTRY, SLOTS};
+
+/// The cpu engine: the sampler of the current session, and the JVMTI environment that keeps
+/// AsyncGetCallTrace working.
+pub struct AsgctEngine {
+    host: &'static dyn Host,
+    /// The session's sampler, once started (samplers are never freed: a late signal may reach one).
+    sampler: Mutex<Option<&'static Sampler>>,
+}
+
+static ENGINE: OnceLock<AsgctEngine> = OnceLock::new();
+
+/// Creates the cpu engine. Its JVMTI environment enables what AsyncGetCallTrace needs: ClassLoad events
+/// (it refuses to walk stacks without them) and CompiledMethodLoad, which makes HotSpot keep debug
+/// information at non-safepoint PCs (DebugNonSafepoints), so compiled and inlined frames are attributed
+/// precisely.
+pub fn create(host: &'static dyn Host, _options: &Options, _phase: Phase) -> Result<&'static dyn Engine, String> {
+    if let Some(e) = ENGINE.get() {
+        return Ok(e);
+    }
+    enable_stack_walks(host)?;
+    Ok(ENGINE.get_or_init(|| AsgctEngine { host, sampler: Mutex::new(None) }))
+}
+
+/// Sets up, once, the JVMTI environment that AsyncGetCallTrace needs (see [`create`]).
+pub fn enable_stack_walks(host: &dyn Host) -> Result<(), String> {
+    static ENV: OnceLock<Jvmti> = OnceLock::new();
+    if ENV.get().is_some() {
+        return Ok(());
+    }
+    let env = host.vm().jvmti(JVMTI_VERSION_1_2).ok_or("no JVMTI environment")?;
+    let potential = env.potential_capabilities().map_err(|e| format!("GetPotentialCapabilities: {e}"))?;
+    let mut caps = jvmtiCapabilities::default();
+    if potential.can_generate_compiled_method_load_events() != 0 {
+        caps.set_can_generate_compiled_method_load_events(1);
+    }
+    env.add_capabilities(&caps).map_err(|e| format!("AddCapabilities: {e}"))?;
+    let callbacks = jvmtiEventCallbacks {
+        ClassLoad: Some(on_class_load),
+        CompiledMethodLoad: Some(on_compiled_method_load),
+        ..Default::default()
+    };
+    env.set_event_callbacks(&callbacks).map_err(|e| format!("SetEventCallbacks: {e}"))?;
+    env.set_event(JVMTI_EVENT_CLASS_LOAD, true).map_err(|e| format!("enabling ClassLoad: {e}"))?;
+    // Fails without its capability; nothing else depends on it.
+    let _ = env.set_event(JVMTI_EVENT_COMPILED_METHOD_LOAD, true);
+    let _ = ENV.set(env);
+    Ok(())
+}
+
+unsafe extern "C" fn on_class_load(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, _thread: jthread, _klass: jclass) {}
+
+unsafe extern "C" fn on_compiled_method_load(
+    _jvmti: *mut jvmtiEnv,
+    _method: jmethodID,
+    _code_size: jint,
+    _code_addr: *const c_void,
+    _map_length: jint,
+    _map: *const jvmtiAddrLocationMap,
+    _compile_info: *const c_void,
+) {
+}
+
+impl AsgctEngine {
+    fn sampler(&self) -> Option<&'static Sampler> {
+        *self.sampler.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers the threads that already run: the calling thread directly, the others through
+    /// `Thread.eetop` and HotSpot's structure table (see [`vmstructs`]). Caller holds the session lock.
+    fn register_live_threads(&self, jni: Jni, jvmti: Jvmti) {
+        let Some(sampler) = self.sampler() else { return };
+        let offsets = vmstructs::thread_offsets();
+        let Some(eetop) = jni.find_class("java/lang/Thread").and_then(|k| {
+            let f = jni.field_id(k, "eetop", "J");
+            jni.delete_local_ref(k);
+            f
+        }) else {
+            self.host.say("cannot read Thread.eetop; only threads that start from now on are sampled");
+            return;
+        };
+        let Ok(current) = jvmti.current_thread() else { return };
+        let my_tid = gettid();
+        let my_env = jni.raw() as usize;
+        let my_eetop = jni.long_field(current, eetop) as usize;
+        jni.delete_local_ref(current);
+        // The JNIEnv lives inside the JavaThread at the same offset in every thread.
+        let env_offset = my_env.wrapping_sub(my_eetop);
+        let env_offset_ok = my_eetop != 0 && env_offset < 1 << 16;
+        let Ok(threads) = jvmti.all_threads() else { return };
+        let mut skipped = 0;
+        for &t in threads.as_slice() {
+            let name = jvmti.thread_name(t).unwrap_or_default();
+            let top = jni.long_field(t, eetop) as usize;
+            jni.delete_local_ref(t);
+            if name.starts_with(OWN_THREAD_PREFIX) || top == 0 {
+                continue;
+            }
+            let target = if top == my_eetop {
+                Some((my_tid, my_env))
+            } else if env_offset_ok {
+                // SAFETY: `top` is the JavaThread* of a live thread listed by GetAllThreads a moment ago.
+                let tid = unsafe { vmstructs::thread_tid(top, offsets) };
+                let env = top + env_offset;
+                // A JNIEnv's first word is the JNI function table, the same for every thread.
+                // SAFETY: both addresses lie inside live JavaThread objects.
+                let same_table = unsafe { *(env as *const usize) == *(my_env as *const usize) };
+                tid.filter(|_| same_table).map(|tid| (tid, env))
+            } else {
+                None
+            };
+            match target {
+                Some((tid, env)) => {
+                    let root = self.host.thread_root(&name);
+                    if let Err(e) = sampler.register(tid, env as *mut c_void, root) {
+                        self.host.note_once(&e);
+                    }
+                }
+                None => skipped += 1,
+            }
+        }
+        if skipped > 0 {
+            self.host.say(&format!("{skipped} running thread(s) could not be located and are not sampled"));
+        }
+    }
+}
+
+impl Engine for AsgctEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Asgct
+    }
+
+    fn check(&self, _options: &Options) -> Result<(), String> {
+        find_asgct().map(|_| ()).ok_or_else(|| "AsyncGetCallTrace not found in this JVM".to_string())
+    }
+
+    fn start(&self, jni: Jni, o: &Options) -> Result<String, String> {
+        let host = self.host;
+        let sampler = Sampler::start(host.cct(), o.timer, o.interval_ns, o.depth, &mut |n| host.say(&n))?;
+        *self.sampler.lock().unwrap_or_else(|e| e.into_inner()) = Some(sampler);
+        let jvmti = host.vm().jvmti(JVMTI_VERSION_1_2).ok_or("no JVMTI environment")?;
+        self.register_live_threads(jni, jvmti);
+        Ok(format!("timer={} interval={}", sampler.timer.name(), format_interval(o.interval_ns)))
+    }
+
+    fn stop(&self, _jni: Option<Jni>, _restore: bool) {
+        if let Some(s) = self.sampler() {
+            s.stop();
+        }
+    }
+
+    fn thread_start(&self, jni: Jni, _thread: jthread, root: NodeId) {
+        let Some(sampler) = self.sampler().filter(|s| s.is_running()) else { return };
+        if let Err(e) = sampler.register(gettid(), jni.raw() as *mut c_void, root) {
+            self.host.note_once(&e);
+        }
+    }
+
+    fn thread_end(&self, _jni: Jni, _thread: jthread) {
+        if let Some(s) = self.sampler() {
+            s.unregister(gettid());
+        }
+    }
+
+    fn describe(&self, o: &Options, meta: &mut Meta) {
+        meta.interval = o.interval_ns;
+        let Some(s) = self.sampler() else { return };
+        meta.timer = s.timer.name().to_string();
+        let c = &mut meta.counters;
+        c.insert("samples".into(), s.stats.samples.load(Ordering::Relaxed));
+        c.insert("usable_samples".into(), s.stats.usable.load(Ordering::Relaxed));
+        c.insert("dropped_samples".into(), s.stats.dropped.load(Ordering::Relaxed));
+        c.insert("recovered_samples".into(), s.stats.recovered.load(Ordering::Relaxed));
+        c.insert("foreign_thread_samples".into(), s.stats.foreign.load(Ordering::Relaxed));
+        c.insert("threads_sampled".into(), s.stats.threads.load(Ordering::Relaxed));
+        c.insert("threads_refused".into(), s.stats.threads_refused.load(Ordering::Relaxed));
+        c.insert("sampled_cpu_ns".into(), s.sampled_cpu_ns());
+    }
+
+    fn summary(&self, meta: &Meta) -> String {
+        let c = |k: &str| meta.counters.get(k).copied().unwrap_or(0);
+        let samples = c("samples");
+        let usable = if samples > 0 { 100.0 * c("usable_samples") as f64 / samples as f64 } else { 0.0 };
+        let cpu_s = c("sampled_cpu_ns") as f64 / 1e9;
+        let rate = if cpu_s > 0.0 { (samples - c("foreign_thread_samples")) as f64 / cpu_s } else { 0.0 };
+        let mut timer = if meta.timer.is_empty() { "none" } else { meta.timer.as_str() }.to_string();
+        if timer == "perf" {
+            // Which ticks the perf event could take: the user's CPU time only under perf_event_paranoid=2.
+            timer.push_str(if timer::perf_counts_kernel_ticks() { " ticks=user+kernel" } else { " ticks=user" });
+        }
+        format!(
+            "timer={timer} interval={} samples={samples} usable={usable:.1}% recovered={} rate={rate:.0}/cpu-s cpu={cpu_s:.2}s {}",
+            format_interval(meta.interval),
+            c("recovered_samples"),
+            fields(meta, &[("dropped", "dropped_samples"), ("threads", "threads_sampled")])
+        )
+    }
+}
 
 /// `ASGCT_CallTrace`.
 #[repr(C)]
@@ -322,7 +526,7 @@ impl Sampler {
 
     fn record_pseudo(&self, root: NodeId, p: Pseudo, weight: u64) {
         let node = self.cct.child(root, FrameId::pseudo(p), -1).unwrap_or(self.cct.overflow());
-        self.cct.add_sample(node, weight);
+        self.cct.add_events(node, Metric::Samples, 1, Metric::Cpu, weight);
         self.stats.samples.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -369,7 +573,7 @@ impl Sampler {
         }
         slot.path_base.store(base, Ordering::Relaxed);
         slot.path_len.store(if node == self.cct.overflow() { 0 } else { len as u32 }, Ordering::Relaxed);
-        self.cct.add_sample(node, weight);
+        self.cct.add_events(node, Metric::Samples, 1, Metric::Cpu, weight);
         self.stats.samples.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -7,20 +7,25 @@
 //! - The Java runtime (`kprof.runtime.Bc`/`T` and `Exact`/`ExactState`, compiled by build.rs, embedded
 //!   in the library) goes on the boot class path; every named module is made to read its module
 //!   (AddModuleReads).
-//! - Bytecode mode ([`bytecode`]): rewritten code counts bytecodes per thread and hands its reified stack
-//!   to a native method every `gran + r` of them. Exact mode ([`exact`]): rewritten code counts every call
-//!   and block in a per-thread tree that is merged into the CCT when a thread ends and before a write.
+//! - Bytecode mode ([`crate::engine::bytecode`]): rewritten code counts bytecodes per thread and hands its
+//!   reified stack to a native method every `gran + r` of them. Exact mode ([`crate::engine::exact`]):
+//!   rewritten code counts every call and block in a per-thread tree that is merged into the CCT when a
+//!   thread ends and before a write.
 //! - With `mode=exact` at start-up, native methods get wrappers when their classes are first defined
 //!   ([`kprof_classfile::transform::natives`]); the engine then wraps in every rewrite of those classes, whatever the
 //!   session, since a retransformation may not change a class's methods.
 //!
-//! Nothing here runs in a signal handler; the hook runs on whichever thread loads a class.
+//! The engine has a JVMTI environment of its own: its class-file load hook, ClassPrepare and virtual
+//! thread events are no one else's concern. Nothing here runs in a signal handler; the hook runs on
+//! whichever thread loads a class.
 
-pub mod bytecode;
-pub mod exact;
 pub mod thread_fields;
 
 use crate::cct::Cct;
+use crate::engine::bytecode::runtime as bytecode;
+use crate::engine::exact::runtime as exact;
+use crate::engine::{Host, Phase};
+use crate::guard::guard;
 use crate::jvmti::bindings::*;
 use crate::jvmti::{Jni, Jvmti};
 use kprof_classfile::transform::bytecode::{BytecodeConfig, BytecodeTransform};
@@ -30,9 +35,9 @@ use kprof_classfile::transform::natives::{wrap_natives, NATIVE_PREFIX};
 use kprof_classfile::transform::{MethodTransform, RewriteStats, Rewriter, SkipPolicy};
 use kprof_classfile::EditLimits;
 use kprof_protocol::control::private_dir;
-use kprof_protocol::options::{Mode, Options};
+use kprof_protocol::options::{EngineKind, Options};
 use std::collections::HashSet;
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
@@ -57,14 +62,15 @@ pub struct ClassStats {
 /// What the session's transform needs; set when a session starts.
 #[derive(Clone)]
 struct SessionConfig {
-    mode: Mode,
+    mode: EngineKind,
     options: Options,
 }
 
 /// The engine: one per agent, created when a rewriting session first starts.
 pub struct RewritingEngine {
+    host: &'static dyn Host,
     cct: &'static Cct,
-    jvmti: Jvmti,
+    pub(crate) jvmti: Jvmti,
     pub methods: Arc<MethodTable>,
     /// Native methods are wrapped when their classes are defined (fixed for the agent's lifetime).
     wrap_natives: bool,
@@ -80,7 +86,7 @@ pub struct RewritingEngine {
     /// Bytecode mode's per-thread blocks and the drain that takes their samples into the CCT.
     pub rings: bytecode::Rings,
     pub exact: exact::ExactStore,
-    runtime: OnceLock<Runtime>,
+    pub(crate) runtime: OnceLock<Runtime>,
     /// Named modules already made to read the runtime's module: (name, identity hash).
     modules: Mutex<HashSet<(String, i32)>>,
     /// Boot classes defined in the primordial phase: their natives keep no wrapper (see `transform`).
@@ -88,11 +94,11 @@ pub struct RewritingEngine {
 }
 
 /// Global references into the Java runtime.
-struct Runtime {
+pub(crate) struct Runtime {
     module: jobject,
     module_name: jfieldID,
-    bc: bytecode::BcRuntime,
-    exact: exact::ExactRuntime,
+    pub(crate) bc: bytecode::BcRuntime,
+    pub(crate) exact: exact::ExactRuntime,
 }
 
 // SAFETY: global references and method/field ids are valid on every thread.
@@ -130,25 +136,59 @@ impl RewritingEngine {
     /// Creates the engine and puts the runtime on the boot class path. Call once, before VMInit (or on
     /// attach); the hook only wraps natives (with `natives`) until [`RewritingEngine::start`].
     pub fn create(
-        cct: &'static Cct,
-        jvmti: Jvmti,
+        host: &'static dyn Host,
         options: &Options,
-        natives: bool,
+        phase: Phase,
     ) -> Result<&'static RewritingEngine, String> {
         if let Some(e) = ENGINE.get() {
             return Ok(e);
         }
+        // Native methods get wrappers only when every class can be given them as it is first defined.
+        let natives = phase == Phase::OnLoad && options.has(EngineKind::Exact);
+        if phase == Phase::OnLoad {
+            // Each thread's state in fields of java.lang.Thread (thread_fields.rs). The early hook this
+            // needs makes HotSpot start without class data sharing (slower start-up, and more JDK start-up
+            // code runs and is counted); engines that rewrite nothing need none of it.
+            if let Err(e) = thread_fields::install(host.vm()) {
+                host.say(&format!(
+                    "note: per-thread fields not added to java.lang.Thread ({e}); rewritten code uses a table"
+                ));
+            }
+        }
+        let jvmti = host.vm().jvmti(JVMTI_VERSION_1_2).ok_or("no JVMTI environment")?;
+        let potential = jvmti.potential_capabilities().map_err(|e| format!("GetPotentialCapabilities: {e}"))?;
+        let mut caps = jvmtiCapabilities::default();
+        RewritingEngine::capabilities(&potential, &mut caps, natives)?;
+        // Bytecode mode keeps a state per virtual thread, given at VirtualThreadStart (JDK 21+).
+        let virtual_threads = options.has(EngineKind::Bytecode) && potential.can_support_virtual_threads() != 0;
+        if virtual_threads {
+            caps.set_can_support_virtual_threads(1);
+        }
+        jvmti.add_capabilities(&caps).map_err(|e| format!("AddCapabilities: {e}"))?;
+        let callbacks = jvmtiEventCallbacks {
+            ClassFileLoadHook: Some(on_class_file_load_hook),
+            ClassPrepare: Some(on_class_prepare),
+            VirtualThreadStart: Some(on_virtual_thread_start),
+            VirtualThreadEnd: Some(on_virtual_thread_end),
+            ..Default::default()
+        };
+        jvmti.set_event_callbacks(&callbacks).map_err(|e| format!("SetEventCallbacks: {e}"))?;
+        let cct = host.cct();
         let jar = extract_runtime()?;
         jvmti.add_to_bootstrap_search(&jar).map_err(|e| format!("AddToBootstrapClassLoaderSearch({jar}): {e}"))?;
         if natives {
             jvmti.set_native_method_prefix(NATIVE_PREFIX).map_err(|e| format!("SetNativeMethodPrefix: {e}"))?;
         }
         let engine: &'static RewritingEngine = Box::leak(Box::new(RewritingEngine {
+            host,
             cct,
             jvmti,
             methods: Arc::new(MethodTable::new()),
             wrap_natives: natives,
-            config: RwLock::new(SessionConfig { mode: options.mode, options: options.clone() }),
+            config: RwLock::new(SessionConfig {
+                mode: options.rewriting().unwrap_or(EngineKind::Bytecode),
+                options: options.clone(),
+            }),
             rewriting: AtomicBool::new(false),
             callsites: AtomicBool::new(options.callsite),
             stats: ClassStats::default(),
@@ -161,7 +201,16 @@ impl RewritingEngine {
             primordial: Mutex::new(HashSet::new()),
         }));
         let _ = ENGINE.set(engine);
-        Ok(ENGINE.get().copied().unwrap_or(engine))
+        let engine = ENGINE.get().copied().unwrap_or(engine);
+        for e in [JVMTI_EVENT_CLASS_FILE_LOAD_HOOK, JVMTI_EVENT_CLASS_PREPARE] {
+            jvmti.set_event(e, true).map_err(|err| format!("enabling JVMTI event {e}: {err}"))?;
+        }
+        if virtual_threads {
+            for e in [JVMTI_EVENT_VIRTUAL_THREAD_START, JVMTI_EVENT_VIRTUAL_THREAD_END] {
+                jvmti.set_event(e, true).map_err(|err| format!("enabling JVMTI event {e}: {err}"))?;
+            }
+        }
+        Ok(engine)
     }
 
     pub fn get() -> Option<&'static RewritingEngine> {
@@ -197,8 +246,8 @@ impl RewritingEngine {
         self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The mode of the current (or last) session.
-    pub fn mode(&self) -> Mode {
+    /// The rewriting engine of the current (or last) session: bytecode or exact.
+    pub fn mode(&self) -> EngineKind {
         self.config.read().unwrap_or_else(|e| e.into_inner()).mode
     }
 
@@ -235,7 +284,7 @@ impl RewritingEngine {
         };
         let o = &config.options;
         let transform: Box<dyn MethodTransform> = match config.mode {
-            Mode::Exact => {
+            EngineKind::Exact => {
                 let c = ExactConfig {
                     max_path: o.maxpath,
                     callsites: o.callsite,
@@ -276,7 +325,7 @@ impl RewritingEngine {
     /// Makes the runtime ready for a session of `options` and rewrites what is already loaded: registers
     /// the natives, lets every named module read the runtime's module, initialises the mode's runtime
     /// class, turns rewriting on, and retransforms every modifiable class loaded so far in one batch.
-    pub fn start(&self, jni: Jni, options: &Options) -> Result<(), String> {
+    pub fn start(&self, jni: Jni, mode: EngineKind, options: &Options) -> Result<(), String> {
         let rt = match self.runtime.get() {
             Some(rt) => rt,
             None => {
@@ -290,11 +339,10 @@ impl RewritingEngine {
                 jni.delete_local_ref(m);
             }
         }
-        *self.config.write().unwrap_or_else(|e| e.into_inner()) =
-            SessionConfig { mode: options.mode, options: options.clone() };
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = SessionConfig { mode, options: options.clone() };
         self.callsites.store(options.callsite, Ordering::Release);
-        match options.mode {
-            Mode::Exact => {
+        match mode {
+            EngineKind::Exact => {
                 self.exact.reset(options.bb);
                 let budget = exact::tree_budget(options.cct_mb());
                 rt.exact.init(jni, options.threads, thread_fields::added(), options.bb, budget)?;
@@ -436,17 +484,26 @@ impl RewritingEngine {
 
     /// ThreadStart (and VirtualThreadStart), on the new thread: bytecode mode gives it its state.
     pub fn thread_started(&self, jni: Jni) {
-        if let (Some(rt), true, Mode::Bytecode) = (self.runtime.get(), self.is_active(), self.mode()) {
+        if let (Some(rt), true, EngineKind::Bytecode) = (self.runtime.get(), self.is_active(), self.mode()) {
             rt.bc.started(jni);
+        }
+    }
+
+    /// ThreadEnd and VirtualThreadEnd, whether a session runs or not: exact mode merges the thread's tree
+    /// while its session runs; bytecode mode releases the thread's block in any case (the block lives as
+    /// long as its thread).
+    pub fn thread_ended_any(&self, jni: Jni) {
+        if self.is_active() || self.mode() == EngineKind::Bytecode {
+            self.thread_ended(jni);
         }
     }
 
     /// ThreadEnd (and VirtualThreadEnd), on the ending thread: bytecode mode keeps its count and drains and
     /// frees its block; exact mode merges its tree into the CCT.
-    pub fn thread_ended(&self, jni: Jni) {
+    fn thread_ended(&self, jni: Jni) {
         if let Some(rt) = self.runtime.get() {
             match self.mode() {
-                Mode::Exact => rt.exact.thread_ended(jni),
+                EngineKind::Exact => rt.exact.thread_ended(jni),
                 _ => rt.bc.finish(jni),
             }
         }
@@ -463,8 +520,8 @@ impl RewritingEngine {
     /// Before the profile is written while the session runs: exact mode merges every live thread's tree.
     pub fn before_write(&self, jni: Jni) {
         match (self.runtime.get(), self.is_active(), self.mode()) {
-            (Some(rt), true, Mode::Exact) => rt.exact.merge_all(jni),
-            (_, _, Mode::Bytecode) => {
+            (Some(rt), true, EngineKind::Exact) => rt.exact.merge_all(jni),
+            (_, _, EngineKind::Bytecode) => {
                 self.rings.drain_all(self);
             }
             _ => {}
@@ -477,7 +534,7 @@ impl RewritingEngine {
     pub fn stop(&self, jni: Jni, restore: bool) {
         if let Some(rt) = self.runtime.get() {
             match self.mode() {
-                Mode::Exact => rt.exact.disable(jni),
+                EngineKind::Exact => rt.exact.disable(jni),
                 _ => {
                     rt.bc.disable(jni);
                     self.rings.drain_all(self);
@@ -488,6 +545,51 @@ impl RewritingEngine {
         if restore {
             self.retransform_loaded(jni);
         }
+    }
+
+    /// The class rewriting's figures, for the profile's counters.
+    pub fn describe_classes(&self, meta: &mut kprof_profile::Meta) {
+        let st = &self.stats;
+        let c = &mut meta.counters;
+        c.insert("classes_seen".into(), st.classes_seen.load(Ordering::Relaxed));
+        c.insert("classes_rewritten".into(), st.classes_rewritten.load(Ordering::Relaxed));
+        c.insert("classes_retransformed".into(), st.classes_retransformed.load(Ordering::Relaxed));
+        c.insert("classes_filtered".into(), st.classes_filtered.load(Ordering::Relaxed));
+        c.insert("classes_failed".into(), st.classes_failed.load(Ordering::Relaxed));
+        c.insert("retransform_failures".into(), st.retransform_failures.load(Ordering::Relaxed));
+        let rs = self.rewrite_stats.lock().unwrap_or_else(|e| e.into_inner());
+        c.insert("methods_rewritten".into(), rs.methods_rewritten);
+        c.insert("methods_left_alone".into(), rs.left_alone_total());
+        for (reason, n) in &rs.left_alone {
+            c.insert(format!("left_alone.{}", reason.name()), *n);
+        }
+    }
+
+    /// `classes_rewritten=... methods_rewritten=...` of a summary line.
+    pub fn summary_classes(meta: &kprof_profile::Meta) -> String {
+        let c = |k: &str| meta.counters.get(k).copied().unwrap_or(0);
+        format!(
+            "classes_rewritten={} retransformed={} filtered={} failed={} methods_rewritten={}",
+            c("classes_rewritten"),
+            c("classes_retransformed"),
+            c("classes_filtered"),
+            c("classes_failed") + c("retransform_failures"),
+            c("methods_rewritten"),
+        )
+    }
+
+    /// `left_alone=N (reason:n,...)` of a summary line.
+    pub fn summary_left_alone(meta: &kprof_profile::Meta) -> String {
+        let reasons: Vec<String> = meta
+            .counters
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix("left_alone.").map(|r| format!("{r}:{v}")))
+            .collect();
+        format!(
+            "left_alone={} ({})",
+            meta.counters.get("methods_left_alone").copied().unwrap_or(0),
+            if reasons.is_empty() { "none".to_string() } else { reasons.join(",") }
+        )
     }
 
     pub(crate) fn callsites(&self) -> bool {
@@ -520,7 +622,7 @@ fn extract_runtime() -> Result<String, String> {
 }
 
 /// Registers `natives` on `class` and returns a global reference to it.
-fn runtime_class(jni: Jni, name: &str, natives: &[(&str, &str, *mut c_void)]) -> Result<jclass, String> {
+pub(crate) fn runtime_class(jni: Jni, name: &str, natives: &[(&str, &str, *mut c_void)]) -> Result<jclass, String> {
     let local = jni.find_class(name).ok_or(format!("the runtime class {name} cannot be loaded"))?;
     let class = jni.new_global_ref(local) as jclass;
     jni.delete_local_ref(local);
@@ -534,9 +636,76 @@ fn runtime_class(jni: Jni, name: &str, natives: &[(&str, &str, *mut c_void)]) ->
 ///
 /// # Safety
 /// Called by the JVM as a registered native method, with the calling thread's JNIEnv.
-unsafe extern "C" fn thread_root(env: *mut JNIEnv, _class: jclass, name: jstring) -> jint {
+pub(crate) unsafe extern "C" fn thread_root(env: *mut JNIEnv, _class: jclass, name: jstring) -> jint {
     // SAFETY: the JVM passes the calling thread's JNIEnv.
     let jni = unsafe { Jni::from_raw(env) };
     let name = jni.string(name);
-    crate::agent::thread_root_for(&name) as jint
+    match ENGINE.get() {
+        Some(e) => e.host.thread_root(&name) as jint,
+        None => crate::cct::ROOT as jint,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn on_class_file_load_hook(
+    jvmti: *mut jvmtiEnv,
+    _jni: *mut JNIEnv,
+    class_being_redefined: jclass,
+    loader: jobject,
+    name: *const c_char,
+    _protection_domain: jobject,
+    class_data_len: jint,
+    class_data: *const u8,
+    new_class_data_len: *mut jint,
+    new_class_data: *mut *mut u8,
+) {
+    guard((), || {
+        let Some(engine) = RewritingEngine::get() else { return };
+        if class_data.is_null() || class_data_len <= 0 || new_class_data.is_null() || new_class_data_len.is_null() {
+            return;
+        }
+        // SAFETY: the JVM passes a NUL-terminated name or NULL, and `class_data_len` bytes at `class_data`.
+        let name = (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) }.to_string_lossy());
+        // SAFETY: as above.
+        let data = unsafe { std::slice::from_raw_parts(class_data, class_data_len as usize) };
+        if let Some(out) = engine.transform(name.as_deref(), data, class_being_redefined.is_null(), loader.is_null()) {
+            // SAFETY: the JVM passes its JVMTI environment.
+            let jvmti = unsafe { Jvmti::from_raw(jvmti) };
+            if let Ok(p) = jvmti.allocate_copy(&out) {
+                // SAFETY: the out-pointers are valid for the duration of the callback.
+                unsafe {
+                    *new_class_data_len = out.len() as jint;
+                    *new_class_data = p;
+                }
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn on_class_prepare(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thread: jthread, klass: jclass) {
+    guard((), || {
+        if let Some(e) = RewritingEngine::get() {
+            // SAFETY: the JVM passes the calling thread's JNIEnv.
+            e.class_prepared(unsafe { Jni::from_raw(jni) }, klass);
+        }
+    })
+}
+
+/// VirtualThreadStart (JDK 21+): bytecode mode gives the virtual thread its state.
+unsafe extern "C" fn on_virtual_thread_start(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thread: jthread) {
+    guard((), || {
+        if let Some(e) = RewritingEngine::get() {
+            // SAFETY: the JVM passes the calling thread's JNIEnv.
+            e.thread_started(unsafe { Jni::from_raw(jni) });
+        }
+    })
+}
+
+unsafe extern "C" fn on_virtual_thread_end(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, _thread: jthread) {
+    guard((), || {
+        if let Some(e) = RewritingEngine::get() {
+            // SAFETY: the JVM passes the calling thread's JNIEnv.
+            e.thread_ended_any(unsafe { Jni::from_raw(jni) });
+        }
+    })
 }

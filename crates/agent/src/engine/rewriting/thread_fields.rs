@@ -84,7 +84,7 @@ unsafe extern "C" fn on_class_file_load_hook(
     new_class_data_len: *mut jint,
     new_class_data: *mut *mut u8,
 ) {
-    crate::agent::guard((), || {
+    crate::guard::guard((), || {
         if name.is_null() || !loader.is_null() || !class_being_redefined.is_null() || class_data.is_null() {
             return;
         }

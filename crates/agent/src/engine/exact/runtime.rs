@@ -5,14 +5,14 @@
 //! merge). Per-node block counts (`bb=on`) live in [`ExactStore`], keyed by CCT node, since the CCT itself
 //! keeps three counters per node.
 
-use super::{runtime_class, thread_root, RewritingEngine};
-use crate::cct::{NodeId, NodeReserve, ROOT};
+use crate::cct::{Metric, NodeId, NodeReserve, ROOT};
+use crate::engine::rewriting::{runtime_class, thread_root, RewritingEngine};
 use crate::frame::{FrameId, Pseudo};
 use crate::jvmti::bindings::*;
 use crate::jvmti::{Jni, Jvmti};
 use kprof_classfile::transform::methods::MethodBlocks;
 use kprof_classfile::transform::natives::NATIVE_PREFIX;
-use kprof_protocol::options::Mode;
+use kprof_protocol::options::EngineKind;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -46,7 +46,7 @@ pub struct ExactStore {
 }
 
 impl ExactStore {
-    pub(super) fn reset(&self, bb: bool) {
+    pub(crate) fn reset(&self, bb: bool) {
         self.bb.store(bb, Ordering::Release);
         self.blocks.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.merged.lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -76,7 +76,7 @@ impl ExactStore {
 }
 
 /// Global references into `kprof.runtime.Exact`.
-pub(super) struct ExactRuntime {
+pub(crate) struct ExactRuntime {
     class: jclass,
     init: jmethodID,
     thread_ended: jmethodID,
@@ -87,7 +87,7 @@ pub(super) struct ExactRuntime {
 }
 
 impl ExactRuntime {
-    pub(super) fn load(jni: Jni) -> Result<ExactRuntime, String> {
+    pub(crate) fn load(jni: Jni) -> Result<ExactRuntime, String> {
         let class = runtime_class(
             jni,
             "kprof/runtime/Exact",
@@ -101,7 +101,7 @@ impl ExactRuntime {
         let method = |name: &str, sig: &str| {
             jni.static_method_id(class, name, sig).ok_or(format!("kprof.runtime.Exact.{name} not found"))
         };
-        let caught = if super::thread_fields::added() {
+        let caught = if crate::engine::rewriting::thread_fields::added() {
             let ef = runtime_class(jni, "kprof/runtime/Ef", &[])?;
             (ef, jni.static_method_id(ef, "caught", "()V").ok_or("kprof.runtime.Ef.caught not found")?)
         } else {
@@ -118,7 +118,7 @@ impl ExactRuntime {
     }
 
     /// A new session: the trees may take `budget` bytes over all threads.
-    pub(super) fn init(
+    pub(crate) fn init(
         &self,
         jni: Jni,
         threads: bool,
@@ -135,15 +135,15 @@ impl ExactRuntime {
         jni.call_static_void(self.class, self.init, &args).map_err(|_| "kprof.runtime.Exact.init threw".to_string())
     }
 
-    pub(super) fn thread_ended(&self, jni: Jni) {
+    pub(crate) fn thread_ended(&self, jni: Jni) {
         let _ = jni.call_static_void(self.class, self.thread_ended, &[]);
     }
 
-    pub(super) fn merge_all(&self, jni: Jni) {
+    pub(crate) fn merge_all(&self, jni: Jni) {
         let _ = jni.call_static_void(self.class, self.merge_all, &[]);
     }
 
-    pub(super) fn disable(&self, jni: Jni) {
+    pub(crate) fn disable(&self, jni: Jni) {
         let _ = jni.call_static_void(self.class, self.disable, &[]);
     }
 }
@@ -152,7 +152,7 @@ impl ExactRuntime {
 /// of the machine's memory. (A context takes about three times the bytes there: a compiler's millions of
 /// contexts fill the threads' trees first, and what the agent writes stays what a profile of that size
 /// takes to write.)
-pub(super) fn tree_budget(cct_mb: u32) -> u64 {
+pub(crate) fn tree_budget(cct_mb: u32) -> u64 {
     // SAFETY: sysconf has no preconditions.
     let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
     let memory = if pages > 0 && page > 0 { pages as u64 * page as u64 } else { u64::MAX };
@@ -181,7 +181,7 @@ thread_local! {
 /// catches a callback's exception is no rewritten handler, and its next callbacks would hang below the
 /// frame that threw. The replacements do what the JVM's do, then, when the innermost Java frame is a
 /// native method kprof wrapped, hand the current node back to the wrapper's ([`after_native_catch`]).
-pub(super) fn intercept_native_catches(jvmti: Jvmti) -> Result<(), String> {
+pub(crate) fn intercept_native_catches(jvmti: Jvmti) -> Result<(), String> {
     let original = jvmti.jni_function_table().map_err(|e| format!("GetJNIFunctionTable: {e}"))?;
     if original.ExceptionClear.is_none() || original.ExceptionDescribe.is_none() {
         return Err("the JNI function table has no ExceptionClear or ExceptionDescribe".into());
@@ -228,7 +228,7 @@ fn after_native_catch(env: *mut JNIEnv) {
     if IN_NATIVE_CATCH.try_with(|c| c.replace(true)) != Ok(false) {
         return;
     }
-    crate::agent::guard((), || restore_wrapper_node(env));
+    crate::guard::guard((), || restore_wrapper_node(env));
     let _ = IN_NATIVE_CATCH.try_with(|c| c.set(false));
 }
 
@@ -237,7 +237,7 @@ fn after_native_catch(env: *mut JNIEnv) {
 /// that native's code runs (`Exact.caught`). Anything else (a native without a wrapper, a thread without
 /// Java frames, kprof's own JNI calls from a Java method it called) changes nothing.
 fn restore_wrapper_node(env: *mut JNIEnv) {
-    let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == Mode::Exact) else { return };
+    let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == EngineKind::Exact) else { return };
     let (Some(rt), Ok(method)) = (engine.runtime.get(), engine.jvmti.current_frame_method()) else { return };
     if engine.jvmti.method_name(method).is_ok_and(|(name, _)| name.starts_with(NATIVE_PREFIX)) {
         // SAFETY: the JVM passed this thread's JNIEnv to the JNI function we replaced.
@@ -432,7 +432,7 @@ unsafe extern "C" fn unmap(_env: *mut JNIEnv, _class: jclass, address: jlong, by
 
 /// What one merge of a tree takes from an entry: the counters it had at the last merge, for the difference.
 #[derive(Default)]
-pub(super) struct Merged {
+pub(crate) struct Merged {
     calls: u64,
     bytecodes: u64,
     blocks: Vec<u64>,
@@ -477,12 +477,12 @@ unsafe extern "C" fn merge(
     root: jint,
     last: jboolean,
 ) {
-    let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == Mode::Exact) else { return };
+    let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == EngineKind::Exact) else { return };
     // SAFETY: Exact calls this under its lock with the tables of a tree it has not freed.
     let tree = unsafe { tree::Tree::new() };
     let root = if root > 0 { root as NodeId } else { ROOT };
     // A panic must not unwind into the JVM: the merge is left incomplete and reported.
-    crate::agent::guard((), || merge_tree(engine, tree, table as u64, overflow as u64, root, last != 0));
+    crate::guard::guard((), || merge_tree(engine, tree, table as u64, overflow as u64, root, last != 0));
 }
 
 /// A table of a tree still to merge: (table, its context's CCT node, its context's method).
@@ -657,7 +657,8 @@ fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: 
     if out.overflow_counts != (0, 0) {
         // Below the thread's root (threads=on), else the CCT's own overflow node.
         let node = cct.child(root, FrameId::pseudo(Pseudo::Overflow), -1).unwrap_or(cct.overflow());
-        cct.add_calls(node, out.overflow_counts.0, out.overflow_counts.1);
+        cct.add(node, Metric::Calls, out.overflow_counts.0);
+        cct.add(node, Metric::Bytecodes, out.overflow_counts.1);
         out.calls += out.overflow_counts.0;
         out.bytecodes += out.overflow_counts.1;
         out.overflow_calls += out.overflow_counts.0;
@@ -847,7 +848,8 @@ fn merge_table(
         if d_calls == 0 && weight == 0 {
             continue;
         }
-        cct.add_calls(node, d_calls, weight);
+        cct.add(node, Metric::Calls, d_calls);
+        cct.add(node, Metric::Bytecodes, weight);
         out.calls += d_calls;
         out.bytecodes += weight;
         if node == cct.overflow() {

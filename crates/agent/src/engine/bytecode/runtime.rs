@@ -9,14 +9,14 @@
 //! `consumed`; the thread writes a record only where it overwrites nothing unconsumed, and drops (and
 //! counts) a sample that does not fit. See `T.java` for the layout.
 
-use super::{runtime_class, thread_root, RewritingEngine};
-use crate::cct::{Cct, NodeId, ROOT};
+use crate::cct::{Cct, Metric, NodeId, ROOT};
+use crate::engine::rewriting::{runtime_class, thread_root, RewritingEngine};
 use crate::frame::{FrameId, Pseudo};
 use crate::jvmti::bindings::*;
 use crate::jvmti::Jni;
 use kprof_classfile::transform::bytecode::SITE_BIT;
 use kprof_classfile::transform::methods::MethodTable;
-use kprof_protocol::options::{Mode, Options};
+use kprof_protocol::options::{EngineKind, Options};
 use std::alloc::Layout;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -336,7 +336,7 @@ impl Rings {
             let (method, _) = self.decode(leaf, methods);
             node = cct.child(node, FrameId::method(method), site).unwrap_or(overflow);
         }
-        cct.add_sample(node, weight);
+        cct.add_events(node, Metric::BytecodeSamples, 1, Metric::Bytecodes, weight);
         stats.samples.fetch_add(1, Ordering::Relaxed);
         stats.sampled_bytecodes.fetch_add(weight, Ordering::Relaxed);
         if node == overflow {
@@ -346,8 +346,8 @@ impl Rings {
 }
 
 /// Global references into `kprof.runtime.Bc`.
-pub(super) struct BcRuntime {
-    pub(super) class: jclass,
+pub(crate) struct BcRuntime {
+    pub(crate) class: jclass,
     init: jmethodID,
     started: jmethodID,
     adopt: jmethodID,
@@ -357,7 +357,7 @@ pub(super) struct BcRuntime {
 }
 
 impl BcRuntime {
-    pub(super) fn load(jni: Jni) -> Result<BcRuntime, String> {
+    pub(crate) fn load(jni: Jni) -> Result<BcRuntime, String> {
         let class = runtime_class(
             jni,
             "kprof/runtime/Bc",
@@ -381,7 +381,7 @@ impl BcRuntime {
         })
     }
 
-    pub(super) fn init(&self, jni: Jni, o: &Options, fields: bool) -> Result<(), String> {
+    pub(crate) fn init(&self, jni: Jni, o: &Options, fields: bool) -> Result<(), String> {
         let args = [
             jvalue { i: o.gran as i32 },
             jvalue { i: o.rand as i32 },
@@ -395,24 +395,24 @@ impl BcRuntime {
     }
 
     /// On a thread that starts (ThreadStart, VirtualThreadStart).
-    pub(super) fn started(&self, jni: Jni) {
+    pub(crate) fn started(&self, jni: Jni) {
         let _ = jni.call_static_void(self.class, self.started, &[]);
     }
 
     /// For a thread that was running when the session started.
-    pub(super) fn adopt(&self, jni: Jni, thread: jobject) {
+    pub(crate) fn adopt(&self, jni: Jni, thread: jobject) {
         let _ = jni.call_static_void(self.class, self.adopt, &[jvalue { l: thread }]);
     }
 
-    pub(super) fn finish(&self, jni: Jni) {
+    pub(crate) fn finish(&self, jni: Jni) {
         let _ = jni.call_static_void(self.class, self.finish, &[]);
     }
 
-    pub(super) fn residual(&self, jni: Jni) -> u64 {
+    pub(crate) fn residual(&self, jni: Jni) -> u64 {
         jni.call_static_long(self.class, self.residual, &[]).unwrap_or(0).max(0) as u64
     }
 
-    pub(super) fn disable(&self, jni: Jni) {
+    pub(crate) fn disable(&self, jni: Jni) {
         let _ = jni.call_static_void(self.class, self.disable, &[]);
     }
 }
@@ -432,7 +432,7 @@ pub fn ring_bytes(gran: u32) -> u32 {
 }
 
 /// Resets the counters for a new session.
-pub(super) fn reset(engine: &RewritingEngine) {
+pub(crate) fn reset(engine: &RewritingEngine) {
     engine.bytecode.reset();
     engine.rings.forget_paths();
 }
@@ -442,7 +442,7 @@ pub(super) fn reset(engine: &RewritingEngine) {
 /// # Safety
 /// Called by the JVM as a registered native method.
 unsafe extern "C" fn block(_env: *mut JNIEnv, _class: jclass, entries: jint, ring_bytes: jint, root: jint) -> jlong {
-    let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == Mode::Bytecode) else { return 0 };
+    let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == EngineKind::Bytecode) else { return 0 };
     if entries <= 0 || ring_bytes <= 0 {
         return 0;
     }
