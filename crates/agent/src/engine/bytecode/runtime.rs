@@ -442,15 +442,17 @@ pub(crate) fn reset(engine: &RewritingEngine) {
 /// # Safety
 /// Called by the JVM as a registered native method.
 unsafe extern "C" fn block(_env: *mut JNIEnv, _class: jclass, entries: jint, ring_bytes: jint, root: jint) -> jlong {
-    let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == EngineKind::Bytecode) else { return 0 };
-    if entries <= 0 || ring_bytes <= 0 {
-        return 0;
-    }
-    let hdr = engine.rings.allocate(entries as u32, ring_bytes as u32, root.max(0) as NodeId);
-    if !hdr.is_null() {
-        engine.bytecode.threads.fetch_add(1, Ordering::Relaxed);
-    }
-    hdr as jlong
+    crate::guard::guard(0, || {
+        let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == EngineKind::Bytecode) else { return 0 };
+        if entries <= 0 || ring_bytes <= 0 {
+            return 0;
+        }
+        let hdr = engine.rings.allocate(entries as u32, ring_bytes as u32, root.max(0) as NodeId);
+        if !hdr.is_null() {
+            engine.bytecode.threads.fetch_add(1, Ordering::Relaxed);
+        }
+        hdr as jlong
+    })
 }
 
 /// `Bc.release(long hdr)`: see `Bc.java`.
@@ -458,9 +460,11 @@ unsafe extern "C" fn block(_env: *mut JNIEnv, _class: jclass, entries: jint, rin
 /// # Safety
 /// Called by the JVM as a registered native method.
 unsafe extern "C" fn release(_env: *mut JNIEnv, _class: jclass, hdr: jlong) {
-    if let Some(engine) = RewritingEngine::get() {
-        engine.rings.release(hdr as *mut u8, engine);
-    }
+    crate::guard::guard((), || {
+        if let Some(engine) = RewritingEngine::get() {
+            engine.rings.release(hdr as *mut u8, engine);
+        }
+    })
 }
 
 #[cfg(test)]

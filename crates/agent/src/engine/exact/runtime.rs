@@ -352,28 +352,30 @@ const LINE: usize = 64;
 /// # Safety
 /// Called by the JVM as a registered native method.
 unsafe extern "C" fn map(_env: *mut JNIEnv, _class: jclass, bytes: jlong) -> jlong {
-    let Ok(bytes) = usize::try_from(bytes) else { return 0 };
-    let start = if bytes == 0 {
-        0
-    } else if bytes < HUGE_PAGE {
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: posix_memalign writes `p` only; LINE is a power of two and a multiple of a pointer's size.
-        if unsafe { libc::posix_memalign(&mut p, LINE, bytes) } != 0 || p.is_null() {
-            return 0;
+    crate::guard::guard(0, || {
+        let Ok(bytes) = usize::try_from(bytes) else { return 0 };
+        let start = if bytes == 0 {
+            0
+        } else if bytes < HUGE_PAGE {
+            let mut p: *mut c_void = std::ptr::null_mut();
+            // SAFETY: posix_memalign writes `p` only; LINE is a power of two and a multiple of a pointer's size.
+            if unsafe { libc::posix_memalign(&mut p, LINE, bytes) } != 0 || p.is_null() {
+                return 0;
+            }
+            // SAFETY: `p` is `bytes` bytes just allocated.
+            unsafe { std::ptr::write_bytes(p as *mut u8, 0, bytes) };
+            p as usize
+        } else {
+            map_huge(bytes)
+        };
+        if start != 0 {
+            if let Some(engine) = RewritingEngine::get() {
+                let now = engine.exact.mapped.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+                engine.exact.mapped_peak.fetch_max(now, Ordering::Relaxed);
+            }
         }
-        // SAFETY: `p` is `bytes` bytes just allocated.
-        unsafe { std::ptr::write_bytes(p as *mut u8, 0, bytes) };
-        p as usize
-    } else {
-        map_huge(bytes)
-    };
-    if start != 0 {
-        if let Some(engine) = RewritingEngine::get() {
-            let now = engine.exact.mapped.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
-            engine.exact.mapped_peak.fetch_max(now, Ordering::Relaxed);
-        }
-    }
-    start as jlong
+        start as jlong
+    })
 }
 
 /// `bytes` (a huge page or more) of anonymous memory (zeroed) aligned to a huge page; 0 when there is none.
@@ -414,20 +416,22 @@ fn map_huge(bytes: usize) -> usize {
 /// Called by the JVM as a registered native method, by `Exact` with a chunk of a tree it frees, which no
 /// thread uses any more.
 unsafe extern "C" fn unmap(_env: *mut JNIEnv, _class: jclass, address: jlong, bytes: jlong) {
-    let Ok(bytes) = usize::try_from(bytes) else { return };
-    if address == 0 || bytes == 0 {
-        return;
-    }
-    if bytes < HUGE_PAGE {
-        // SAFETY: `address` is what `map` got from posix_memalign for this size, freed once.
-        unsafe { libc::free(address as *mut c_void) };
-    } else {
-        // SAFETY: the range is a whole mapping made by `map_huge` (its exact size), unmapped once.
-        unsafe { libc::munmap(address as *mut c_void, bytes) };
-    }
-    if let Some(engine) = RewritingEngine::get() {
-        engine.exact.mapped.fetch_sub(bytes as u64, Ordering::Relaxed);
-    }
+    crate::guard::guard((), || {
+        let Ok(bytes) = usize::try_from(bytes) else { return };
+        if address == 0 || bytes == 0 {
+            return;
+        }
+        if bytes < HUGE_PAGE {
+            // SAFETY: `address` is what `map` got from posix_memalign for this size, freed once.
+            unsafe { libc::free(address as *mut c_void) };
+        } else {
+            // SAFETY: the range is a whole mapping made by `map_huge` (its exact size), unmapped once.
+            unsafe { libc::munmap(address as *mut c_void, bytes) };
+        }
+        if let Some(engine) = RewritingEngine::get() {
+            engine.exact.mapped.fetch_sub(bytes as u64, Ordering::Relaxed);
+        }
+    })
 }
 
 /// What one merge of a tree takes from an entry: the counters it had at the last merge, for the difference.

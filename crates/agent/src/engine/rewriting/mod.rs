@@ -637,13 +637,15 @@ pub(crate) fn runtime_class(jni: Jni, name: &str, natives: &[(&str, &str, *mut c
 /// # Safety
 /// Called by the JVM as a registered native method, with the calling thread's JNIEnv.
 pub(crate) unsafe extern "C" fn thread_root(env: *mut JNIEnv, _class: jclass, name: jstring) -> jint {
-    // SAFETY: the JVM passes the calling thread's JNIEnv.
-    let jni = unsafe { Jni::from_raw(env) };
-    let name = jni.string(name);
-    match ENGINE.get() {
-        Some(e) => e.host.thread_root(&name) as jint,
-        None => crate::cct::ROOT as jint,
-    }
+    crate::guard::guard(crate::cct::ROOT as jint, || {
+        // SAFETY: the JVM passes the calling thread's JNIEnv.
+        let jni = unsafe { Jni::from_raw(env) };
+        let name = jni.string(name);
+        match ENGINE.get() {
+            Some(e) => e.host.thread_root(&name) as jint,
+            None => crate::cct::ROOT as jint,
+        }
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
