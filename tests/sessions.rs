@@ -150,3 +150,26 @@ fn a_new_session_ends_the_running_one_the_way_stop_does() {
         assert!(alive(jvm.child.id()), "{}", jvm.stderr());
     });
 }
+
+#[test]
+fn the_agent_loads_from_java_tool_options_as_from_the_command_line() {
+    // Where the java command line cannot be changed (a launcher script, a container image), the agent
+    // goes into JAVA_TOOL_OPTIONS, which the JVM reads itself.
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("tool-options-{}", jdk.label()));
+        let file = dir.join("p.collapsed");
+        let mut cmd = Command::new(jdk.java());
+        cmd.env(
+            "JAVA_TOOL_OPTIONS",
+            format!("-agentpath:{}=mode=asgct,interval=1ms,file={}", agent_lib().display(), file.display()),
+        );
+        cmd.arg("-cp").arg(harness_classes()).args(["kprof.harness.ExitPaths", "return"]);
+        let run = run_with_timeout(cmd, Duration::from_secs(120));
+        run.assert_ok();
+        assert!(run.stderr.contains("Picked up JAVA_TOOL_OPTIONS"), "{}", run.stderr);
+        let s = run.summary();
+        assert_eq!(s["mode"], "asgct", "{s:?}");
+        let stacks = read_collapsed(&file);
+        assert!(count_where(&stacks, |s| has_frame(s, "kprof.harness.ExitPaths.work(long)void")) > 0);
+    });
+}
