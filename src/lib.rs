@@ -4,7 +4,7 @@
 //! command-line tool ([`cli`]). Shape (see the README):
 //!
 //! ```text
-//! options ──► engine ─────────────► cct ──► resolve ──► output (collapsed, html, json, pprof, text)
+//! options ──► engine ─────────────► cct ──► resolve ──► output (collapsed, html, json, pprof, jfr, text)
 //!            ├ engine::asgct: timer signal → AsyncGetCallTrace → frames
 //!            └ engine::rewriting (bytecode, exact): class rewriting → helper calls → reified stack or per-thread trees → frames
 //! ```
