@@ -241,13 +241,13 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("timer", "auto | perf | ctimer | itimer", "auto", "asgct: perf if allowed, else ctimer; itimer only on request"),
     (
         "file",
-        "path ending .html .collapsed .folded .json .pb.gz .pprof .txt (repeatable; %p = pid, %t = time)",
+        "path ending .html .collapsed .folded .json .jfr .pb.gz .pprof .txt (repeatable; %p = pid, %t = time)",
         DEFAULT_FILE,
         "where to write the profile",
     ),
     (
         "format",
-        "collapsed | html | json | pprof | text",
+        "collapsed | html | jfr | json | pprof | text",
         "from the extension",
         "format of file= paths whose extension says none",
     ),

@@ -8,6 +8,7 @@
 pub mod collapsed;
 pub mod compare;
 pub mod html;
+pub mod jfr;
 pub mod json;
 pub mod pprof;
 pub mod text;
@@ -27,6 +28,8 @@ pub enum Format {
     Html,
     /// The calling context tree as JSON (schema in docs/json-format.md).
     Json,
+    /// A JFR recording, for the JDK's `jfr` tool and `RecordingFile` readers.
+    Jfr,
     /// pprof: gzipped protobuf.
     Pprof,
     /// The text report of `kprof report`.
@@ -34,21 +37,22 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ACCEPTED: &'static str = "collapsed, html, json, pprof, text";
+    pub const ACCEPTED: &'static str = "collapsed, html, jfr, json, pprof, text";
 
     pub fn parse(s: &str) -> Option<Format> {
         Some(match s {
             "collapsed" | "folded" => Format::Collapsed,
             "html" => Format::Html,
             "json" => Format::Json,
+            "jfr" => Format::Jfr,
             "pprof" => Format::Pprof,
             "text" | "txt" => Format::Text,
             _ => return None,
         })
     }
 
-    /// The format a file name implies: `.collapsed`/`.folded`, `.html`/`.htm`, `.json`, `.pb.gz`/`.pprof`/`.pb`,
-    /// `.txt`.
+    /// The format a file name implies: `.collapsed`/`.folded`, `.html`/`.htm`, `.json`, `.jfr`,
+    /// `.pb.gz`/`.pprof`/`.pb`, `.txt`.
     pub fn from_path(path: &str) -> Option<Format> {
         let lower = path.to_ascii_lowercase();
         let ends = |s: &str| lower.ends_with(s);
@@ -58,6 +62,8 @@ impl Format {
             Format::Html
         } else if ends(".json") {
             Format::Json
+        } else if ends(".jfr") {
+            Format::Jfr
         } else if ends(".pb.gz") || ends(".pprof") || ends(".pb") {
             Format::Pprof
         } else if ends(".txt") {
@@ -72,6 +78,7 @@ impl Format {
             Format::Collapsed => "collapsed",
             Format::Html => "html",
             Format::Json => "json",
+            Format::Jfr => "jfr",
             Format::Pprof => "pprof",
             Format::Text => "text",
         }
@@ -79,12 +86,13 @@ impl Format {
 }
 
 /// Renders `profile` in `format`; `metric` is the counter collapsed stacks, the flame graph and the text
-/// report show (JSON and pprof carry every counter).
+/// report show (JSON, JFR and pprof carry every counter).
 pub fn render(profile: &Profile, format: Format, metric: Metric) -> Vec<u8> {
     match format {
         Format::Collapsed => collapsed::render(profile, metric),
         Format::Html => html::render(profile, metric),
         Format::Json => json::render(profile),
+        Format::Jfr => jfr::render(profile),
         Format::Pprof => pprof::render(profile),
         Format::Text => text::render(profile, metric, text::DEFAULT_TOP).into_bytes(),
     }
@@ -205,6 +213,8 @@ mod tests {
         assert_eq!(Format::from_path("a.COLLAPSED"), Some(Format::Collapsed));
         assert_eq!(Format::from_path("a.pb.gz"), Some(Format::Pprof));
         assert_eq!(Format::from_path("a.json"), Some(Format::Json));
+        assert_eq!(Format::from_path("/tmp/profile.JFR"), Some(Format::Jfr));
+        assert_eq!(Format::parse("jfr"), Some(Format::Jfr));
         assert_eq!(Format::from_path("a.txt"), Some(Format::Text));
         assert_eq!(Format::from_path("a.bin"), None);
     }
