@@ -151,7 +151,7 @@ fn bad_input_gives_one_line_errors() {
         (vec!["report", good.as_str(), "--bogus"], 2, "unknown option '--bogus'"),
         (vec!["report", garbage.as_str()], 1, "line 2: 'stack' is not a whole count"),
         (vec!["compare", good.as_str(), garbage.as_str()], 1, "line 2:"),
-        (vec!["compare", good.as_str(), good.as_str(), "--metric", "calls"], 1, "has no calls"),
+        (vec!["compare", good.as_str(), good.as_str(), "--metric", "calls"], 1, "no 'calls' metric (it has: samples)"),
         (vec!["report", "/nonexistent/p.json"], 1, "cannot read /nonexistent/p.json"),
     ] {
         let r = kprof(&args);
