@@ -318,6 +318,35 @@ fn a_100k_node_profile_stays_cheap_to_draw() {
         started.elapsed()
     );
     assert!(render_ms < 10_000, "first draw took {render_ms} ms");
+
+    // With four metrics (self values of each go in the page), switching from one to another in the
+    // selector: the figures are printed, not asserted (the machine is shared).
+    let mut p = p;
+    for n in 0..p.nodes.len() as u32 {
+        let v = p.value(n, Metric::Samples);
+        p.set(n, Metric::Cpu, v * 1_000_000 + u64::from(n % 7));
+        p.set(n, Metric::AllocBytes, if n % 3 == 0 { u64::from(n) * 64 } else { 0 });
+        p.set(n, Metric::LockNs, if n % 11 == 0 { 5_000 } else { 0 });
+    }
+    let html = html::render(&p, Metric::Samples);
+    let driver = r#"
+      (function () {
+        const select = document.getElementById("metric");
+        const times = [];
+        for (const name of ["cpu", "alloc_bytes", "lock_ns", "samples", "cpu"]) {
+          const t0 = performance.now();
+          select.value = name;
+          select.dispatchEvent(new Event("change", { bubbles: true }));
+          times.push(name + "=" + Math.round(performance.now() - t0));
+        }
+        document.body.dataset.switchMs = times.join(" ");
+      })();
+    "#;
+    let dom = rendered_dom_driven(&p, Metric::Samples, "", driver);
+    assert!(dom.contains("data-metric=\"cpu\""), "the last switch shows cpu");
+    assert!(text_of(&dom, "title").contains("metric cpu"), "{}", text_of(&dom, "title"));
+    let switch_ms = dom.split("data-switch-ms=\"").nth(1).and_then(|s| s.split('"').next()).unwrap();
+    eprintln!("100k nodes, 4 metrics: {} bytes; ms per switch: {switch_ms}", html.len());
 }
 
 #[test]
@@ -404,6 +433,14 @@ fn the_metric_selector_offers_every_metric_and_the_hash_picks_one() {
     // A name the profile lacks leaves the run's metric.
     let dom = rendered_dom(&p, Metric::Cpu, "metric=bogus");
     assert!(dom.contains("data-metric=\"cpu\""));
+
+    // The picture, for people: target/kprof-screenshots/flame-graph-alloc-bytes.png.
+    let dir = scratch();
+    let page = dir.join("flame.html");
+    std::fs::write(&page, html::render(&p, Metric::Samples)).unwrap();
+    let png = screenshots().join("flame-graph-alloc-bytes.png");
+    common::screenshot(&format!("file://{}#metric=alloc_bytes", page.display()), &png, &dir.join("chromium"));
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -489,6 +526,13 @@ const DIFF_B: &str = "[thread main];demo.Main.main()void;demo.Work.alpha()void 5
                       [thread main];demo.Main.main()void;demo.Work.beta()void 90\n\
                       [thread main];demo.Main.main()void;demo.Work.steady()void 20\n\
                       [thread main];demo.Main.main()void;demo.New.fresh()void 40\n";
+
+/// Where the tests leave screenshots for people to look at: target/kprof-screenshots.
+fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../kprof-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
 
 /// Runs `kprof compare A B --html --collapsed` on [`DIFF_A`] and [`DIFF_B`]; returns the page's path.
 fn difference_page(dir: &std::path::Path) -> PathBuf {
@@ -578,9 +622,7 @@ fn the_differential_flame_graph_colours_frames_by_their_change() {
     assert_eq!(frames(&dom).iter().filter(|(_, c)| c.contains("match")).count(), 1);
 
     // The picture, for people: target/kprof-screenshots/differential-flame-graph.png.
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../kprof-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let png = shots.join("differential-flame-graph.png");
+    let png = screenshots().join("differential-flame-graph.png");
     common::screenshot(&url, &png, &dir.join("chromium"));
     eprintln!("screenshot: {}", png.canonicalize().unwrap().display());
     std::fs::remove_dir_all(&dir).ok();
