@@ -1,16 +1,20 @@
 //! `kprof compare A B [--metric M] [--top N] [--only PREFIX]`: the overlap percentage of two profiles
 //! (JSON or collapsed stacks) and the calling contexts that differ most, optionally projected onto the
-//! frames whose names start with PREFIX. The computation is in [`kprof_profile::output::compare`].
+//! frames whose names start with PREFIX; `--html` and `--collapsed` also write the difference as a
+//! differential flame graph and as two-column collapsed stacks. The computation is in
+//! [`kprof_profile::output::compare`].
 
 use crate::report::{option_value, parse_metric, parse_top};
-use kprof_profile::output::compare::{compare_with, CompareOptions, Comparison, ContextShare};
-use kprof_profile::output::read_profile;
+use kprof_profile::output::compare::{
+    compare_with, difference_collapsed, union_tree, CompareOptions, Comparison, ContextShare,
+};
 use kprof_profile::output::text::thousands;
+use kprof_profile::output::{html, read_profile, write_atomic};
 use kprof_profile::{Metric, Profile};
 use std::path::Path;
 
 const USAGE: &str = "usage: kprof compare A B [--metric M] [--metric-a M] [--metric-b M] [--top N] [--callsites] \
-                     [--only PREFIX]... [--json]";
+                     [--only PREFIX]... [--json] [--html FILE] [--collapsed FILE]";
 const DEFAULT_TOP: usize = 20;
 
 struct Args {
@@ -22,6 +26,10 @@ struct Args {
     json: bool,
     /// Frame-name prefixes the contexts are projected onto (`--only`, repeatable).
     only: Vec<String>,
+    /// Where to write the differential flame graph (`--html`).
+    html: Option<String>,
+    /// Where to write the difference as two-column collapsed stacks (`--collapsed`).
+    collapsed: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
@@ -33,6 +41,8 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         callsites: false,
         json: false,
         only: Vec::new(),
+        html: None,
+        collapsed: None,
     };
     let mut i = 0;
     while i < args.len() {
@@ -50,6 +60,10 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                 return Err("--only needs a frame-name prefix".into());
             }
             a.only.push(v.to_string());
+        } else if let Some(v) = option_value(args, &mut i, "--html")? {
+            a.html = Some(output_path("--html", v)?);
+        } else if let Some(v) = option_value(args, &mut i, "--collapsed")? {
+            a.collapsed = Some(output_path("--collapsed", v)?);
         } else if args[i] == "--callsites" {
             a.callsites = true;
         } else if args[i] == "--json" {
@@ -65,6 +79,13 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         return Err(format!("two profiles expected, got {}", a.files.len()));
     }
     Ok(a)
+}
+
+fn output_path(option: &str, v: &str) -> Result<String, String> {
+    if v.is_empty() {
+        return Err(format!("{option} needs a file name"));
+    }
+    Ok(v.to_string())
 }
 
 fn describe(label: &str, file: &str, p: &Profile, metric: Metric, total: u64, contexts: usize) -> String {
@@ -165,6 +186,30 @@ fn json_output(args: &Args, c: &Comparison) -> String {
     format!("{doc}\n")
 }
 
+/// Writes the differential flame graph and collapsed difference asked for, saying where on stderr.
+fn write_difference(args: &Args, a: &Profile, metric_a: Metric, b: &Profile, metric_b: Metric) -> Result<(), String> {
+    if args.html.is_none() && args.collapsed.is_none() {
+        return Ok(());
+    }
+    let tree = union_tree(a, metric_a, b, metric_b, &args.only);
+    let label = |f: &str| Path::new(f).file_name().map_or(f.to_string(), |n| n.to_string_lossy().into_owned());
+    let (label_a, label_b) = (label(&args.files[0]), label(&args.files[1]));
+    let mut outputs: Vec<(&String, Vec<u8>, &str)> = Vec::new();
+    if let Some(path) = &args.html {
+        let side_a = html::Side { profile: a, metric: metric_a, label: &label_a };
+        let side_b = html::Side { profile: b, metric: metric_b, label: &label_b };
+        outputs.push((path, html::render_difference(&tree, &side_a, &side_b), "differential flame graph"));
+    }
+    if let Some(path) = &args.collapsed {
+        outputs.push((path, difference_collapsed(&tree), "collapsed difference"));
+    }
+    for (path, bytes, what) in outputs {
+        let written = write_atomic(Path::new(path), &bytes).map_err(|e| format!("cannot write {path}: {e}"))?;
+        eprintln!("kprof compare: wrote the {what} to {}", written.display());
+    }
+    Ok(())
+}
+
 /// Runs `kprof compare ARGS`: 0 on success, 2 on bad arguments, 1 when a profile cannot be read or has
 /// no counts under the metric.
 pub fn main(args: &[String]) -> i32 {
@@ -176,7 +221,11 @@ pub fn main(args: &[String]) -> i32 {
              --callsites           contexts that differ only by callsite count as different\n  \
              --only PREFIX         keep only frames whose names start with PREFIX (repeatable); others count\n                        \
              for the nearest kept frame above them, paths without one are left out\n  \
-             --json                print the result as JSON",
+             --json                print the result as JSON\n  \
+             --html FILE           also write a differential flame graph: B's frames coloured by the change of\n                        \
+             their share of the total from A (grown, shrunk, new; frames only in A drawn hatched)\n  \
+             --collapsed FILE      also write the difference as collapsed stacks with two counts, `stack A B`\n                        \
+             (A's counts scaled to B's total), which flamegraph.pl draws as a differential flame graph",
             Metric::ACCEPTED
         );
         return 0;
@@ -220,6 +269,10 @@ pub fn main(args: &[String]) -> i32 {
             return 1;
         }
     }
+    if let Err(e) = write_difference(&args, a, metric_a, b, metric_b) {
+        eprintln!("kprof compare: {e}");
+        return 1;
+    }
     if args.json {
         print!("{}", json_output(&args, &c));
     } else {
@@ -245,6 +298,9 @@ mod tests {
         assert!(a.only.is_empty());
         let a = parse_args(&strings(&["a", "b", "--only", "kprof.harness.", "--only=java.util."])).unwrap();
         assert_eq!(a.only, ["kprof.harness.", "java.util."]);
+        assert_eq!((a.html, a.collapsed), (None, None));
+        let a = parse_args(&strings(&["a", "b", "--html", "d.html", "--collapsed=d.txt"])).unwrap();
+        assert_eq!((a.html.as_deref(), a.collapsed.as_deref()), (Some("d.html"), Some("d.txt")));
     }
 
     #[test]
@@ -271,6 +327,8 @@ mod tests {
             &["a", "b", "--what"][..],
             &["a", "b", "--only"][..],
             &["a", "b", "--only="][..],
+            &["a", "b", "--html"][..],
+            &["a", "b", "--collapsed="][..],
         ] {
             assert!(parse_args(&strings(args)).is_err(), "{args:?}");
             assert_eq!(main(&strings(args)), 2, "{args:?}");

@@ -13,7 +13,7 @@ usage: kprof COMMAND [ARGS]
 commands:
   rewrite [--roundtrip] [--mode MODE] [--out DIR] INPUT...   show (or check) what the agent does to classes
   report FILE [--metric M] [--top N]                         text report of a profile (JSON or collapsed)
-  compare A B [--metric M] [--top N]                         overlap percentage of two profiles
+  compare A B [--metric M] [--html F] [--collapsed F]        overlap of two profiles; differential flame graph
   list                                                       JVMs visible from here (any namespace)
   attach PID [OPTIONS] [--lib PATH] [--timeout S]            load the agent into a running JVM and start
   start PID OPTIONS                                          start a new session in a loaded agent

@@ -55,7 +55,13 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
 /// Runs `kprof report ARGS`: 0 on success, 2 on bad arguments, 1 when the file cannot be read.
 pub fn main(args: &[String]) -> i32 {
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}\n  --metric M   a metric of the profile: samples, cpu, wall, alloc_bytes, alloc_count, lock_ns, lock_count, bytecodes, calls, ... (default: the run's metric)\n  --top N      rows per table (default {})", text::DEFAULT_TOP);
+        println!(
+            "{USAGE}\n  --metric M   the counter the tables show, one the profile has: {} (default: the run's \
+             metric; `samples` in a profile without CPU samples means its wall or bytecode samples)\n  \
+             --top N      rows per table (default {})",
+            Metric::ACCEPTED,
+            text::DEFAULT_TOP
+        );
         return 0;
     }
     let args = match parse_args(args) {

@@ -151,7 +151,7 @@ fn bad_input_gives_one_line_errors() {
         (vec!["report", good.as_str(), "--bogus"], 2, "unknown option '--bogus'"),
         (vec!["report", garbage.as_str()], 1, "line 2: 'stack' is not a whole count"),
         (vec!["compare", good.as_str(), garbage.as_str()], 1, "line 2:"),
-        (vec!["compare", good.as_str(), good.as_str(), "--metric", "calls"], 1, "has no calls"),
+        (vec!["compare", good.as_str(), good.as_str(), "--metric", "calls"], 1, "no 'calls' metric (it has: samples)"),
         (vec!["report", "/nonexistent/p.json"], 1, "cannot read /nonexistent/p.json"),
     ] {
         let r = kprof(&args);
@@ -189,4 +189,143 @@ fn timer_cost_reports_the_signal_rate_and_cost() {
     let r = kprof(&["timer-cost", "--timer", "auto"]);
     assert_eq!((r.code, r.stderr.lines().count()), (2, 1), "{}", r.stderr);
     assert!(r.stderr.contains("--timer 'auto': accepted: perf, ctimer, itimer"), "{}", r.stderr);
+}
+
+/// A profile as `mode=asgct+alloc+lock` makes it: CPU samples and time, allocations and lock waits in one
+/// tree. By construction: samples run 6 in compute and 2 in parse; bytes are allocated 3 MiB in parse and
+/// 1 MiB in compute; locks are waited for 3 ms in a context (Pool.take) that has no CPU sample at all.
+fn multi_metric_profile(scale_locks: u64) -> Profile {
+    let meta = Meta { mode: "asgct+alloc+lock".into(), default_metric: Some(Metric::Samples), ..Meta::default() };
+    let metrics =
+        [Metric::Samples, Metric::Cpu, Metric::AllocCount, Metric::AllocBytes, Metric::LockCount, Metric::LockNs];
+    let mut p = Profile::new(meta, &metrics);
+    let main = p.intern(Frame::java("t.App", "main", "([Ljava/lang/String;)V"));
+    let compute = p.intern(Frame::java("t.App", "compute", "()V"));
+    let parse = p.intern(Frame::java("t.App", "parse", "(Ljava/lang/String;)I"));
+    let take = p.intern(Frame::java("t.Pool", "take", "()Ljava/lang/Object;"));
+    let m = p.add_child(0, main, -1);
+    let c = p.add_child(m, compute, 3);
+    let r = p.add_child(m, parse, 8);
+    let t = p.add_child(m, take, 12);
+    for (n, samples, objects, bytes, waits, waited) in [
+        (c, 6, 1024, 1 << 20, 0, 0),
+        (r, 2, 3072, 3 << 20, 0, 0),
+        (t, 0, 0, 0, 3 * scale_locks, 3_000_000 * scale_locks),
+    ] {
+        p.set(n, Metric::Samples, samples);
+        p.set(n, Metric::Cpu, samples * 10_000_000);
+        p.set(n, Metric::AllocCount, objects);
+        p.set(n, Metric::AllocBytes, bytes);
+        p.set(n, Metric::LockCount, waits);
+        p.set(n, Metric::LockNs, waited);
+    }
+    p
+}
+
+#[test]
+fn a_multi_metric_profile_through_report_and_compare() {
+    let d = Dir::new("multi");
+    let p = d.file("p.json", &json::render(&multi_metric_profile(1)));
+    // The run's metric by default; each metric by name, with its unit and its own top method.
+    let r = kprof(&["report", &p, "--top", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.starts_with("kprof report: mode asgct+alloc+lock, metric samples, total 8 samples\n"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains(
+            "totals: 8 samples; 80,000,000 cpu ns (80.00 ms); 4,096 alloc_count; 4,194,304 alloc_bytes (4.0 MiB); \
+             3 lock_count; 3,000,000 lock_ns ns (3.00 ms)\n"
+        ),
+        "{}",
+        r.stdout
+    );
+    for (metric, header, top) in [
+        ("samples", "total 8 samples", "   1  75.00%  75.00%                6  t.App.compute()void"),
+        ("cpu", "total 80,000,000 cpu ns (80.00 ms)", "   1  75.00%  75.00%       60,000,000  t.App.compute()void"),
+        (
+            "alloc_count",
+            "total 4,096 alloc_count",
+            "   1  75.00%  75.00%            3,072  t.App.parse(java.lang.String)int",
+        ),
+        (
+            "alloc_bytes",
+            "total 4,194,304 alloc_bytes (4.0 MiB)",
+            "   1  75.00%  75.00%        3,145,728  t.App.parse(java.lang.String)int",
+        ),
+        ("lock_count", "total 3 lock_count", "   1 100.00% 100.00%                3  t.Pool.take()java.lang.Object"),
+        (
+            "lock_ns",
+            "total 3,000,000 lock_ns ns (3.00 ms)",
+            "   1 100.00% 100.00%        3,000,000  t.Pool.take()java.lang.Object",
+        ),
+    ] {
+        let r = kprof(&["report", &p, "--metric", metric, "--top", "1"]);
+        assert_eq!(r.code, 0, "{metric}: {}", r.stderr);
+        let first = r.stdout.lines().next().unwrap();
+        assert_eq!(first, format!("kprof report: mode asgct+alloc+lock, metric {metric}, {header}"));
+        let by_self = r.stdout.split("TOP METHODS BY SELF").nth(1).unwrap();
+        assert_eq!(by_self.lines().nth(2), Some(top), "{metric}:\n{}", r.stdout);
+    }
+    // A metric the profile lacks: one line naming the metrics it has.
+    let has = "(it has: samples, cpu, alloc_count, alloc_bytes, lock_count, lock_ns)";
+    for args in [vec!["report", &p, "--metric", "wall"], vec!["compare", &p, &p, "--metric-b", "wall"]] {
+        let r = kprof(&args);
+        assert_eq!((r.code, r.stderr.lines().count()), (1, 1), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(&format!("has no 'wall' metric {has}")), "{}", r.stderr);
+    }
+    // The help texts name every metric.
+    for cmd in ["report", "compare"] {
+        let r = kprof(&[cmd, "--help"]);
+        assert!(r.stdout.contains(Metric::ACCEPTED), "{cmd} --help: {}", r.stdout);
+    }
+
+    // B waits four times as long in Pool.take and is otherwise the same: lock metrics keep their single
+    // context (100 % overlap), CPU and allocations are identical; with cpu for A and lock_ns for B
+    // nothing is shared.
+    let q = d.file("q.json", &json::render(&multi_metric_profile(4)));
+    for metric in ["samples", "cpu", "alloc_bytes", "alloc_count", "lock_ns", "lock_count"] {
+        let r = kprof(&["compare", &p, &q, "--metric", metric]);
+        assert!(r.stdout.starts_with("overlap: 100.00%\n"), "{metric}: {}{}", r.stdout, r.stderr);
+    }
+    let r = kprof(&["compare", &p, &q, "--metric-a", "cpu", "--metric-b", "lock_ns"]);
+    assert!(r.stdout.starts_with("overlap: 0.00%\n"), "{}", r.stdout);
+    // Bytes against objects: the same 3:1 split.
+    let r = kprof(&["compare", &p, &q, "--metric-a", "alloc_bytes", "--metric-b", "alloc_count", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!((v["metric_a"].as_str(), v["metric_b"].as_str()), (Some("alloc_bytes"), Some("alloc_count")));
+    assert_eq!(v["overlap_percent"], 100.0);
+
+    // The difference under one metric, as collapsed stacks with A scaled to B's total.
+    let folded = d.0.join("diff.collapsed");
+    let page = d.0.join("diff.html");
+    let r = kprof(&[
+        "compare",
+        &p,
+        &q,
+        "--metric-a",
+        "samples",
+        "--metric-b",
+        "alloc_count",
+        "--collapsed",
+        folded.to_str().unwrap(),
+        "--html",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("wrote the collapsed difference to") && r.stderr.contains("wrote the differential"));
+    // A: compute 6, parse 2 of 8 samples; B: compute 1,024, parse 3,072 of 4,096 objects.
+    assert_eq!(
+        std::fs::read_to_string(&folded).unwrap(),
+        "t.App.main(java.lang.String[])void;t.App.compute()void 3072 1024\n\
+         t.App.main(java.lang.String[])void;t.App.parse(java.lang.String)int 1024 3072\n"
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("\"label_a\":\"p.json\"") && html.contains("\"name\":\"alloc_count\""), "{html}");
+    // An output that cannot be written is one line and exit 1.
+    let r = kprof(&["compare", &p, &q, "--html", "/nonexistent-dir/d.html"]);
+    assert_eq!((r.code, r.stderr.lines().count()), (1, 1), "{}", r.stderr);
+    assert!(r.stderr.contains("cannot write /nonexistent-dir/d.html"), "{}", r.stderr);
 }

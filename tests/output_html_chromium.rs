@@ -1,7 +1,9 @@
-//! The HTML flame graph rendered by headless Chromium: expected frames in the DOM, search and zoom driven
-//! through the URL hash the page honours (`#search=...&zoom=NAME&icicle=1`), and big or deep profiles
-//! staying cheap to draw. Needs Debian's `chromium` (scripts/install-test-deps installs it); set
-//! KPROF_CHROMIUM to use another binary.
+//! The HTML flame graph rendered by headless Chromium: expected frames in the DOM, search, zoom and the
+//! metric driven through the URL hash the page honours (`#metric=cpu&search=...&zoom=NAME&icicle=1`) and
+//! through its controls, the differential flame graph of `kprof compare --html` with its colour classes
+//! (and a screenshot), big or deep profiles staying cheap to draw; no page logs anything to its console.
+//! Needs Debian's `chromium` (scripts/install-test-deps installs it); set KPROF_CHROMIUM to use another
+//! binary.
 
 mod common;
 
@@ -136,8 +138,10 @@ fn frames_title_and_totals_are_rendered() {
 #[test]
 fn the_weight_metric_shows_cpu_time() {
     let dom = rendered_dom(&demo_profile(), Metric::Cpu, "search=alpha");
-    assert!(text_of(&dom, "title").contains("total 100,000,000 cpu_ns (100.00 ms)"));
+    let title = text_of(&dom, "title");
+    assert!(title.contains("metric cpu · total 100.00 ms CPU (100,000,000 ns)"), "{title}");
     assert_eq!(text_of(&dom, "matched"), "Matched 40.00% of all (40.00 ms CPU (40,000,000 ns))");
+    assert!(dom.contains("data-metric=\"cpu\""));
 }
 
 #[test]
@@ -254,6 +258,7 @@ fn clicks_keys_and_hover_work() {
             "demo.Util.helper(int)int",
             "Total: 20 samples, 20.00% of all",
             "Self: 20 samples, 20.00% of all",
+            "Also: cpu 20.00 ms (20.00%)",
             "Java method · depth 4",
             "click to zoom"
         ])
@@ -313,6 +318,35 @@ fn a_100k_node_profile_stays_cheap_to_draw() {
         started.elapsed()
     );
     assert!(render_ms < 10_000, "first draw took {render_ms} ms");
+
+    // With four metrics (self values of each go in the page), switching from one to another in the
+    // selector: the figures are printed, not asserted (the machine is shared).
+    let mut p = p;
+    for n in 0..p.nodes.len() as u32 {
+        let v = p.value(n, Metric::Samples);
+        p.set(n, Metric::Cpu, v * 1_000_000 + u64::from(n % 7));
+        p.set(n, Metric::AllocBytes, if n % 3 == 0 { u64::from(n) * 64 } else { 0 });
+        p.set(n, Metric::LockNs, if n % 11 == 0 { 5_000 } else { 0 });
+    }
+    let html = html::render(&p, Metric::Samples);
+    let driver = r#"
+      (function () {
+        const select = document.getElementById("metric");
+        const times = [];
+        for (const name of ["cpu", "alloc_bytes", "lock_ns", "samples", "cpu"]) {
+          const t0 = performance.now();
+          select.value = name;
+          select.dispatchEvent(new Event("change", { bubbles: true }));
+          times.push(name + "=" + Math.round(performance.now() - t0));
+        }
+        document.body.dataset.switchMs = times.join(" ");
+      })();
+    "#;
+    let dom = rendered_dom_driven(&p, Metric::Samples, "", driver);
+    assert!(dom.contains("data-metric=\"cpu\""), "the last switch shows cpu");
+    assert!(text_of(&dom, "title").contains("metric cpu"), "{}", text_of(&dom, "title"));
+    let switch_ms = dom.split("data-switch-ms=\"").nth(1).and_then(|s| s.split('"').next()).unwrap();
+    eprintln!("100k nodes, 4 metrics: {} bytes; ms per switch: {switch_ms}", html.len());
 }
 
 #[test]
@@ -327,4 +361,311 @@ fn a_100k_deep_profile_draws_only_the_visible_rows() {
     let dom = rendered_dom(&p, Metric::Samples, "");
     let drawn = frames(&dom).len();
     assert!(drawn > 10 && drawn < 200, "{drawn} frame elements for a 100,000-deep chain");
+}
+
+/// The demo profile as a run of `mode=asgct+alloc+lock` would make it: alpha and Cache.<init> allocate
+/// (1 MiB and 3 MiB), a context that only waits for a lock (2 ms, no CPU sample) hangs under main.
+fn multi_metric_profile() -> Profile {
+    let mut p = demo_profile();
+    p.meta.mode = "asgct+alloc+lock".into();
+    let name = |p: &Profile, n: u32| p.frames[p.nodes[n as usize].frame as usize].display_name();
+    let find = |p: &Profile, wanted: &str| (0..p.nodes.len() as u32).find(|&n| name(p, n) == wanted).unwrap();
+    let (alpha, init) = (find(&p, "demo.Work.alpha()void"), find(&p, "demo.Cache.<init>(java.util.Map)void"));
+    for (n, bytes) in [(alpha, 1 << 20), (init, 3 << 20)] {
+        p.set(n, Metric::AllocBytes, bytes);
+        p.set(n, Metric::AllocCount, bytes >> 10);
+    }
+    let main = find(&p, "demo.Main.main(java.lang.String[])void");
+    let lock = p.intern(Frame::java("demo.Work", "lockWait", "()V"));
+    let nl = p.add_child(main, lock, 30);
+    p.set(nl, Metric::LockNs, 2_000_000);
+    p.set(nl, Metric::LockCount, 4);
+    p
+}
+
+fn drawn_names(dom: &str) -> Vec<String> {
+    frames(dom).into_iter().map(|(t, _)| t.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")).collect()
+}
+
+#[test]
+fn the_metric_selector_offers_every_metric_and_the_hash_picks_one() {
+    let p = multi_metric_profile();
+    // The run's metric first: the lock-only context has no samples and is not drawn.
+    let dom = rendered_dom(&p, Metric::Samples, "");
+    assert!(dom.contains("data-metric=\"samples\""));
+    assert!(text_of(&dom, "title").contains("metric samples · total 100 samples"), "{}", text_of(&dom, "title"));
+    assert!(!drawn_names(&dom).contains(&"demo.Work.lockWait()void".to_string()));
+    for option in ["samples (100)", "cpu (100.00 ms)", "alloc_count (4,096)", "alloc_bytes (4.0 MiB)", "lock_count (4)"]
+    {
+        assert!(dom.contains(&format!(">{option}</option>")), "no option {option}");
+    }
+    assert!(dom.contains(">lock_ns (2.00 ms)</option>"));
+
+    // Bytes: sizes in the title, only the allocating contexts (and their callers) drawn.
+    let dom = rendered_dom(&p, Metric::Samples, "metric=alloc_bytes&search=Cache");
+    assert!(dom.contains("data-metric=\"alloc_bytes\""));
+    let title = text_of(&dom, "title");
+    assert!(title.contains("metric alloc_bytes · total 4.0 MiB allocated (4,194,304 B)"), "{title}");
+    let mut drawn = drawn_names(&dom);
+    drawn.sort();
+    assert_eq!(
+        drawn,
+        [
+            "[root]",
+            "[thread main]",
+            "demo.Cache.<init>(java.util.Map)void",
+            "demo.Main.main(java.lang.String[])void",
+            "demo.Work.alpha()void"
+        ]
+    );
+    assert_eq!(text_of(&dom, "matched"), "Matched 75.00% of all (3.0 MiB allocated (3,145,728 B))");
+
+    // Nanoseconds of lock waits: time in the title, the lock-only context drawn, alone under main.
+    let dom = rendered_dom(&p, Metric::Samples, "metric=lock_ns");
+    assert!(text_of(&dom, "title").contains("total 2.00 ms waited (2,000,000 ns)"), "{}", text_of(&dom, "title"));
+    let mut drawn = drawn_names(&dom);
+    drawn.sort();
+    assert_eq!(
+        drawn,
+        ["[root]", "[thread main]", "demo.Main.main(java.lang.String[])void", "demo.Work.lockWait()void"]
+    );
+
+    // A name the profile lacks leaves the run's metric.
+    let dom = rendered_dom(&p, Metric::Cpu, "metric=bogus");
+    assert!(dom.contains("data-metric=\"cpu\""));
+
+    // The picture, for people: target/kprof-screenshots/flame-graph-alloc-bytes.png.
+    let dir = scratch();
+    let page = dir.join("flame.html");
+    std::fs::write(&page, html::render(&p, Metric::Samples)).unwrap();
+    let png = screenshots().join("flame-graph-alloc-bytes.png");
+    common::screenshot(&format!("file://{}#metric=alloc_bytes", page.display()), &png, &dir.join("chromium"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn switching_metrics_keeps_the_view_where_it_can() {
+    // Stands in for a user: zoom into main, pick alloc_bytes in the selector (main allocates: the zoom
+    // stays), then lock_count, then zoom into Cache.<init> under alloc_bytes and switch to lock_ns (no
+    // lock waits there: back to the whole profile). Each step's visible result goes into <pre id="driven">.
+    let driver = r#"
+      (function () {
+        const r = {};
+        const frame = (name) => [...document.querySelectorAll(".f")].find((e) => e.textContent === name);
+        const pick = (name) => {
+          const select = document.getElementById("metric");
+          select.value = name;
+          select.dispatchEvent(new Event("change", { bubbles: true }));
+        };
+        const state = () => ({
+          title: document.getElementById("title").textContent,
+          zoomed: document.getElementById("zoomed").textContent,
+          hash: decodeURIComponent(location.hash),
+          frames: [...document.querySelectorAll(".f")].map((e) => e.textContent).filter((t) => t).sort(),
+        });
+        frame("demo.Main.main(java.lang.String[])void").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+        pick("alloc_bytes");
+        r.alloc = state();
+        frame("demo.Cache.<init>(java.util.Map)void").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+        r.allocZoomed = state();
+        frame("demo.Cache.<init>(java.util.Map)void").dispatchEvent(
+          new MouseEvent("mousemove", { bubbles: true, clientX: 50, clientY: 50 }));
+        r.tip = [...document.getElementById("tip").children].map((d) => d.textContent);
+        pick("lock_ns");
+        r.lock = state();
+        r.back = !document.getElementById("back").disabled;
+        pick("samples");
+        r.samples = state();
+        const out = document.createElement("pre");
+        out.id = "driven";
+        out.textContent = JSON.stringify(r);
+        document.body.appendChild(out);
+      })();
+    "#;
+    let dom = rendered_dom_driven(&multi_metric_profile(), Metric::Samples, "", driver);
+    let text = text_of(&dom, "driven").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">");
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(r["alloc"]["title"].as_str().unwrap().contains("metric alloc_bytes"), "{r}");
+    assert_eq!(r["alloc"]["zoomed"], "Zoomed: demo.Main.main(java.lang.String[])void (100.00% of all)");
+    assert_eq!(r["alloc"]["hash"], "#metric=alloc_bytes&zoom=demo.Main.main(java.lang.String[])void");
+    assert_eq!(r["allocZoomed"]["zoomed"], "Zoomed: demo.Cache.<init>(java.util.Map)void (75.00% of all)");
+    assert_eq!(
+        r["tip"],
+        serde_json::json!([
+            "demo.Cache.<init>(java.util.Map)void",
+            "Total: 3.0 MiB allocated (3,145,728 B), 75.00% of all, 100.00% of zoomed",
+            "Self: 3.0 MiB allocated (3,145,728 B), 75.00% of all",
+            "Also: samples 10 (10.00%) · cpu 10.00 ms (10.00%) · alloc_count 3,072 (75.00%)",
+            "Java method · depth 3",
+            "click an ancestor, Back or Esc to zoom out"
+        ])
+    );
+    assert_eq!(r["lock"]["zoomed"], "", "Cache.<init> has no lock waits: the zoom is reset");
+    assert_eq!(r["lock"]["hash"], "#metric=lock_ns");
+    assert_eq!(
+        r["lock"]["frames"],
+        serde_json::json!([
+            "[root]",
+            "[thread main]",
+            "demo.Main.main(java.lang.String[])void",
+            "demo.Work.lockWait()void"
+        ])
+    );
+    assert_eq!(r["back"], true, "main, which has lock waits, stays in the zoom history");
+    assert_eq!(r["samples"]["hash"], "");
+    assert_eq!(r["samples"]["frames"].as_array().unwrap().len(), ALL_NAMES.len());
+}
+
+/// Profile A and B of a difference: A 100 samples, B 200. Shares A → B: alpha 40 % → 25 % (shrunk), beta
+/// 30 % → 45 % (grown), steady 10 % → 10 % (same), gone 20 % → none, fresh none → 20 % (new).
+const DIFF_A: &str = "[thread main];demo.Main.main()void;demo.Work.alpha()void 40\n\
+                      [thread main];demo.Main.main()void;demo.Work.beta()void 30\n\
+                      [thread main];demo.Main.main()void;demo.Work.steady()void 10\n\
+                      [thread main];demo.Main.main()void;demo.Old.gone()void 20\n";
+const DIFF_B: &str = "[thread main];demo.Main.main()void;demo.Work.alpha()void 50\n\
+                      [thread main];demo.Main.main()void;demo.Work.beta()void 90\n\
+                      [thread main];demo.Main.main()void;demo.Work.steady()void 20\n\
+                      [thread main];demo.Main.main()void;demo.New.fresh()void 40\n";
+
+/// Where the tests leave screenshots for people to look at: target/kprof-screenshots.
+fn screenshots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../kprof-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `kprof compare A B --html --collapsed` on [`DIFF_A`] and [`DIFF_B`]; returns the page's path.
+fn difference_page(dir: &std::path::Path) -> PathBuf {
+    let (a, b) = (dir.join("a.collapsed"), dir.join("b.collapsed"));
+    std::fs::write(&a, DIFF_A).unwrap();
+    std::fs::write(&b, DIFF_B).unwrap();
+    let (page, folded) = (dir.join("diff.html"), dir.join("diff.txt"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kprof"))
+        .args(["compare", a.to_str().unwrap(), b.to_str().unwrap(), "--html", page.to_str().unwrap()])
+        .arg(format!("--collapsed={}", folded.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("overlap: 65.00%\n"));
+    // A's counts scaled to B's total (200 / 100).
+    assert_eq!(
+        std::fs::read_to_string(&folded).unwrap(),
+        "[thread main];demo.Main.main()void;demo.New.fresh()void 0 40\n\
+         [thread main];demo.Main.main()void;demo.Old.gone()void 40 0\n\
+         [thread main];demo.Main.main()void;demo.Work.alpha()void 80 50\n\
+         [thread main];demo.Main.main()void;demo.Work.beta()void 60 90\n\
+         [thread main];demo.Main.main()void;demo.Work.steady()void 20 20\n"
+    );
+    page
+}
+
+/// The left edge and width of the frame element drawn with `name`.
+fn geometry(dom: &str, name: &str) -> (f64, f64) {
+    let piece = dom.split("<div class=\"f").find(|p| p.contains(&format!(">{name}</div>"))).unwrap();
+    let number = |key: &str| -> f64 {
+        let v = &piece[piece.find(key).unwrap() + key.len()..];
+        v[..v.find("px").unwrap()].trim().parse().unwrap()
+    };
+    (number("left:"), number("width:"))
+}
+
+#[test]
+fn the_differential_flame_graph_colours_frames_by_their_change() {
+    let dir = scratch();
+    let page = difference_page(&dir);
+    let url = format!("file://{}", page.display());
+    let dom = common::dump_dom(&url, &dir.join("chromium"));
+    let class_of: std::collections::BTreeMap<String, String> = frames(&dom).into_iter().collect();
+    let status = |name: &str| -> &str {
+        let classes = class_of.get(name).unwrap_or_else(|| panic!("{name} not drawn: {class_of:?}"));
+        ["grown", "shrunk", "same", "new", "gone"]
+            .into_iter()
+            .find(|s| classes.split(' ').any(|c| c == *s))
+            .unwrap_or_else(|| panic!("{name} has no change class: {classes}"))
+    };
+    assert_eq!(status("demo.Work.alpha()void"), "shrunk");
+    assert_eq!(status("demo.Work.beta()void"), "grown");
+    assert_eq!(status("demo.Work.steady()void"), "same");
+    assert_eq!(status("demo.New.fresh()void"), "new");
+    assert_eq!(status("demo.Old.gone()void"), "gone");
+    assert_eq!(status("demo.Main.main()void"), "same");
+    assert_eq!(status("[root]"), "same");
+    assert!(dom.contains("class=\"diff\""), "the page is in its difference mode");
+    let title = text_of(&dom, "title");
+    assert!(title.contains("B b.collapsed against A a.collapsed · metric samples"), "{title}");
+    // Widths: B's shares (alpha 50, beta 90 of B's 200) and the gone frame A's (20 of 100).
+    let (_, alpha) = geometry(&dom, "demo.Work.alpha()void");
+    let (_, beta) = geometry(&dom, "demo.Work.beta()void");
+    let (_, gone) = geometry(&dom, "demo.Old.gone()void");
+    assert!((beta / alpha - 1.8).abs() < 0.01, "{beta} / {alpha}");
+    assert!((gone / alpha - 0.8).abs() < 0.01, "{gone} / {alpha}");
+    // Colours: grown frames red, shrunk ones blue, the same ones pale.
+    let rgb_of = |name: &str| -> [i32; 3] {
+        let piece = dom.split("<div class=\"f").find(|p| p.contains(&format!(">{name}</div>"))).unwrap();
+        let colour = &piece[piece.find("background-color: rgb(").unwrap() + 22..];
+        let parts: Vec<i32> =
+            colour[..colour.find(')').unwrap()].split(',').map(|v| v.trim().parse().unwrap()).collect();
+        [parts[0], parts[1], parts[2]]
+    };
+    let [r, g, b] = rgb_of("demo.Work.beta()void");
+    assert!(r > b + 100 && r > g + 100, "grown: rgb({r}, {g}, {b})");
+    let [r, g, b] = rgb_of("demo.Work.alpha()void");
+    assert!(b > r + 100, "shrunk: rgb({r}, {g}, {b})");
+    let [r, g, b] = rgb_of("demo.Work.steady()void");
+    assert!(r.min(g).min(b) > 200, "same: rgb({r}, {g}, {b})");
+
+    // Searchable like the flame graph, shares of both sides; gone frames can be hidden.
+    let dom = common::dump_dom(&format!("{url}#search=beta%7Cgone&gone=0"), &dir.join("chromium"));
+    assert_eq!(text_of(&dom, "matched"), "Matched B 45.00% (90 samples), A 50.00% (50 samples)");
+    let drawn = drawn_names(&dom);
+    assert!(!drawn.contains(&"demo.Old.gone()void".to_string()), "{drawn:?}");
+    assert_eq!(frames(&dom).iter().filter(|(_, c)| c.contains("match")).count(), 1);
+
+    // The picture, for people: target/kprof-screenshots/differential-flame-graph.png.
+    let png = screenshots().join("differential-flame-graph.png");
+    common::screenshot(&url, &png, &dir.join("chromium"));
+    eprintln!("screenshot: {}", png.canonicalize().unwrap().display());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_differential_flame_graph_tooltip_and_zoom() {
+    let driver = r#"
+      (function () {
+        const r = {};
+        const frame = (name) => [...document.querySelectorAll(".f")].find((e) => e.textContent === name);
+        const hover = (name) => {
+          frame(name).dispatchEvent(new MouseEvent("mousemove", { bubbles: true, clientX: 50, clientY: 50 }));
+          return [...document.getElementById("tip").children].map((d) => d.textContent);
+        };
+        r.beta = hover("demo.Work.beta()void");
+        r.gone = hover("demo.Old.gone()void");
+        r.fresh = hover("demo.New.fresh()void");
+        frame("demo.Work.beta()void").dispatchEvent(new MouseEvent("click", { bubbles: true }));
+        r.zoomed = document.getElementById("zoomed").textContent;
+        r.hash = decodeURIComponent(location.hash);
+        document.getElementById("gone").click();
+        r.hashNoGone = decodeURIComponent(location.hash);
+        const out = document.createElement("pre");
+        out.id = "driven";
+        out.textContent = JSON.stringify(r);
+        document.body.appendChild(out);
+      })();
+    "#;
+    let dir = scratch();
+    let page = difference_page(&dir);
+    let html = std::fs::read_to_string(&page).unwrap().replace("</body>", &format!("<script>{driver}</script></body>"));
+    std::fs::write(&page, html).unwrap();
+    let dom = common::dump_dom(&format!("file://{}", page.display()), &dir.join("chromium"));
+    std::fs::remove_dir_all(&dir).ok();
+    let text = text_of(&dom, "driven").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">");
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(r["beta"][1], "B: 90 samples, 45.00% of B · A: 30 samples, 30.00% of A");
+    assert_eq!(r["beta"][2], "Change: +15.00 points of the total (grown)");
+    assert_eq!(r["beta"][3], "Self: B 90 samples (45.00%), A 30 samples (30.00%)");
+    assert_eq!(r["gone"][2], "Gone: only in A");
+    assert_eq!(r["fresh"][2], "New in B (A has no such context)");
+    assert_eq!(r["zoomed"], "Zoomed: demo.Work.beta()void (B 45.00%, A 30.00%)");
+    assert_eq!(r["hash"], "#zoom=demo.Work.beta()void");
+    assert_eq!(r["hashNoGone"], "#zoom=demo.Work.beta()void&gone=0");
 }

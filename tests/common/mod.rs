@@ -454,9 +454,18 @@ pub fn chromium() -> PathBuf {
     );
 }
 
-/// Loads `url` in headless Chromium (no network, a fresh profile in `profile_dir`) and returns the DOM
-/// after the page's scripts ran. Checks that the page's script finished (it sets `data-ready="1"`).
-pub fn dump_dom(url: &str, profile_dir: &Path) -> String {
+/// What headless Chromium made of a page.
+pub struct Page {
+    /// The DOM after the page's scripts ran.
+    pub dom: String,
+    /// What the page logged to its console (messages, warnings, errors and uncaught exceptions alike:
+    /// Chromium's log does not tell them apart), one entry per message.
+    pub console: Vec<String>,
+}
+
+/// Headless Chromium's arguments: no network, a fresh profile in `profile_dir`, a fixed window, five
+/// seconds of virtual time for the page's scripts, console messages on stderr.
+fn chromium_command(profile_dir: &Path) -> Command {
     let mut cmd = Command::new(chromium());
     cmd.args([
         "--headless",
@@ -470,14 +479,46 @@ pub fn dump_dom(url: &str, profile_dir: &Path) -> String {
         "--disable-extensions",
         "--window-size=1280,800",
         "--virtual-time-budget=5000",
+        "--enable-logging=stderr",
+        "--v=0",
     ])
-    .arg(format!("--user-data-dir={}", profile_dir.display()))
-    .arg("--dump-dom")
-    .arg(url);
+    .arg(format!("--user-data-dir={}", profile_dir.display()));
+    cmd
+}
+
+/// The console messages in Chromium's log (`...:INFO:CONSOLE:12] "message", source: URL (12)`).
+fn console_messages(stderr: &str) -> Vec<String> {
+    stderr.lines().filter_map(|l| l.find(":CONSOLE").map(|at| l[at..].to_string())).collect()
+}
+
+/// Loads `url` in headless Chromium and returns the DOM after the page's scripts ran, with what the
+/// page logged to its console.
+pub fn load_page(url: &str, profile_dir: &Path) -> Page {
+    let mut cmd = chromium_command(profile_dir);
+    cmd.arg("--dump-dom").arg(url);
     let run = run_with_timeout(cmd, Duration::from_secs(90));
     assert!(run.status.success(), "chromium failed on {url}: {:?}\n{}", run.status, run.stderr);
-    assert!(run.stdout.contains("data-ready=\"1\""), "the page's script did not finish on {url}:\n{}", run.stderr);
-    run.stdout
+    Page { dom: run.stdout, console: console_messages(&run.stderr) }
+}
+
+/// Loads kprof's flame graph page at `url` in headless Chromium (see [`load_page`]) and returns the DOM.
+/// Checks that the page's script finished (it sets `data-ready="1"`) and logged nothing: no error, no
+/// warning, no uncaught exception.
+pub fn dump_dom(url: &str, profile_dir: &Path) -> String {
+    let page = load_page(url, profile_dir);
+    assert!(page.console.is_empty(), "the page logged to its console on {url}:\n{}", page.console.join("\n"));
+    assert!(page.dom.contains("data-ready=\"1\""), "the page's script did not finish on {url}:\n{}", page.dom);
+    page.dom
+}
+
+/// Takes a PNG screenshot of `url` (1280×800) into `png` with headless Chromium.
+pub fn screenshot(url: &str, png: &Path, profile_dir: &Path) {
+    let mut cmd = chromium_command(profile_dir);
+    cmd.arg(format!("--screenshot={}", png.display())).arg(url);
+    let run = run_with_timeout(cmd, Duration::from_secs(90));
+    assert!(run.status.success(), "chromium failed to screenshot {url}: {:?}\n{}", run.status, run.stderr);
+    let bytes = std::fs::read(png).unwrap_or_else(|e| panic!("no screenshot {}: {e}", png.display()));
+    assert!(bytes.starts_with(b"\x89PNG"), "{} is not a PNG", png.display());
 }
 
 /// Decodes a pprof file with the independent Python reader (tests/output_pprof/decode.py: Python

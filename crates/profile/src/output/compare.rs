@@ -272,6 +272,93 @@ pub fn compare_with(
     }
 }
 
+/// The calling contexts of two profiles in one tree (callsites merged, projected like [`compare_with`]
+/// when `only` is not empty), with each side's self counts: what the differential flame graph draws and
+/// [`difference_collapsed`] writes. Context 0 is the root; every context comes after its parent.
+#[derive(Clone, Debug)]
+pub struct UnionTree {
+    /// Frame display names, indexed by [`UnionTree::name`].
+    pub names: Vec<String>,
+    /// The parent of each context (the root is its own).
+    pub parent: Vec<u32>,
+    /// The name of each context's frame (`u32::MAX` for the root).
+    pub name: Vec<u32>,
+    /// Self counts of each context, A's under its metric and B's under its own.
+    pub counts: [Vec<u64>; 2],
+    /// Σ of each side's counts.
+    pub totals: [u64; 2],
+    /// Counts left out of the totals by the projection (see [`Comparison::left_out_a`]).
+    pub left_out: [u64; 2],
+}
+
+impl UnionTree {
+    /// The children of every context, each list sorted by frame name.
+    pub fn children(&self) -> Vec<Vec<u32>> {
+        let mut children = vec![Vec::new(); self.parent.len()];
+        for (c, &p) in self.parent.iter().enumerate().skip(1) {
+            children[p as usize].push(c as u32);
+        }
+        for list in &mut children {
+            list.sort_by(|&x, &y| {
+                self.names[self.name[x as usize] as usize].cmp(&self.names[self.name[y as usize] as usize])
+            });
+        }
+        children
+    }
+}
+
+/// The [`UnionTree`] of `a` under `metric_a` and `b` under `metric_b`, projected onto the frames whose
+/// names start with one of `only` (none: every frame).
+pub fn union_tree(a: &Profile, metric_a: Metric, b: &Profile, metric_b: Metric, only: &[String]) -> UnionTree {
+    let options = CompareOptions { callsites: false, top: 0, only: only.to_vec() };
+    let mut table = ContextTable::new();
+    table.add(0, a, metric_a, &options);
+    table.add(1, b, metric_b, &options);
+    let totals = [table.counts[0].iter().sum(), table.counts[1].iter().sum()];
+    UnionTree {
+        parent: table.keys.iter().map(|k| k.0).collect(),
+        name: table.keys.iter().map(|k| k.1).collect(),
+        names: table.names,
+        counts: table.counts,
+        totals,
+        left_out: table.left_out,
+    }
+}
+
+/// The difference of two profiles as collapsed stacks with two counts, the format flamegraph.pl draws
+/// as a differential flame graph (and its difffolded.pl writes): `stack COUNT_A COUNT_B`, one line per
+/// context with a self count in either profile, depth first, siblings by name. COUNT_B is B's own count;
+/// COUNT_A is A's count scaled to B's total (rounded to the nearest whole count), so that the two columns
+/// compare shares rather than raw counts; a context only in A has COUNT_B 0, one only in B COUNT_A 0.
+pub fn difference_collapsed(tree: &UnionTree) -> Vec<u8> {
+    use std::io::Write;
+    let [total_a, total_b] = tree.totals.map(u128::from);
+    let scale = |count: u64| -> u64 {
+        if total_a == 0 {
+            return 0;
+        }
+        ((count as u128 * total_b + total_a / 2) / total_a) as u64
+    };
+    let children = tree.children();
+    let mut out = Vec::new();
+    let mut prefix = String::new();
+    let mut work: Vec<(u32, usize)> = children[0].iter().rev().map(|&c| (c, 0)).collect();
+    while let Some((context, parent_len)) = work.pop() {
+        prefix.truncate(parent_len);
+        if parent_len > 0 {
+            prefix.push(';');
+        }
+        prefix.push_str(&tree.names[tree.name[context as usize] as usize]);
+        let (a, b) = (tree.counts[0][context as usize], tree.counts[1][context as usize]);
+        if a > 0 || b > 0 {
+            let _ = writeln!(out, "{prefix} {} {b}", scale(a));
+        }
+        let len = prefix.len();
+        work.extend(children[context as usize].iter().rev().map(|&c| (c, len)));
+    }
+    out
+}
+
 /// The overlap percentage of `a` and `b` under one metric (see the module comment).
 pub fn overlap_percent(a: &Profile, b: &Profile, metric: Metric, callsites: bool) -> f64 {
     compare(a, metric, b, metric, callsites, 0).overlap_percent
@@ -393,6 +480,25 @@ mod tests {
         let c = projected(&a, &b, &["app.main", "lib.x"]);
         assert_eq!(c.total_a, 10);
         assert_eq!(compare(&a, Metric::Samples, &b, Metric::Samples, false, 0).left_out_a, 0);
+    }
+
+    #[test]
+    fn the_union_tree_holds_both_sides_and_the_difference_scales_a_to_b() {
+        // A: 10 samples, B: 20; m;a keeps its share (50 %), m;b shrinks, m;c is gone, m;d is new.
+        let a = from_collapsed("m;a 5\nm;b 3\nm;c 2\n");
+        let b = from_collapsed("m;a 10\nm;b 2\nm;d 8\n");
+        let tree = union_tree(&a, Metric::Samples, &b, Metric::Samples, &[]);
+        assert_eq!(tree.totals, [10, 20]);
+        assert_eq!(tree.parent.len(), 6, "root, m, a, b, c, d");
+        assert!(tree.parent.iter().enumerate().skip(1).all(|(i, &p)| (p as usize) < i));
+        let text = String::from_utf8(difference_collapsed(&tree)).unwrap();
+        assert_eq!(text, "m;a 10 10\nm;b 6 2\nm;c 4 0\nm;d 0 8\n");
+        // Projected: lib frames are transparent, paths without a kept frame left out.
+        let a = from_collapsed("app.main;lib.x;app.f 6\nlib.boot 4\n");
+        let b = from_collapsed("app.main;lib.y;app.f 3\n");
+        let tree = union_tree(&a, Metric::Samples, &b, Metric::Samples, &["app.".to_string()]);
+        assert_eq!((tree.totals, tree.left_out), ([6, 3], [4, 0]));
+        assert_eq!(String::from_utf8(difference_collapsed(&tree)).unwrap(), "app.main;app.f 3 3\n");
     }
 
     #[test]
