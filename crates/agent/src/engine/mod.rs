@@ -12,6 +12,7 @@
 pub mod asgct;
 pub mod bytecode;
 pub mod exact;
+pub mod lock;
 pub mod rewriting;
 
 use crate::cct::{Cct, NodeId, Snapshot};
@@ -105,6 +106,7 @@ pub fn create(
         EngineKind::Asgct => asgct::create(host, options, phase),
         EngineKind::Bytecode => bytecode::create(host, options, phase),
         EngineKind::Exact => exact::create(host, options, phase),
+        EngineKind::Lock => lock::create(host, options, phase),
         other => Err(format!("mode={} is not available in this build", other.name())),
     }
 }

@@ -11,6 +11,7 @@ pub mod flow;
 pub mod input;
 pub mod methods;
 pub mod natives;
+pub mod park;
 pub mod policy;
 pub mod probe;
 

@@ -174,8 +174,7 @@ impl RewritingEngine {
         };
         jvmti.set_event_callbacks(&callbacks).map_err(|e| format!("SetEventCallbacks: {e}"))?;
         let cct = host.cct();
-        let jar = extract_runtime()?;
-        jvmti.add_to_bootstrap_search(&jar).map_err(|e| format!("AddToBootstrapClassLoaderSearch({jar}): {e}"))?;
+        boot_runtime(jvmti)?;
         if natives {
             jvmti.set_native_method_prefix(NATIVE_PREFIX).map_err(|e| format!("SetNativeMethodPrefix: {e}"))?;
         }
@@ -389,23 +388,9 @@ impl RewritingEngine {
     }
 
     fn load_runtime(&self, jni: Jni) -> Result<Runtime, String> {
-        // The runtime's module (the boot loader's unnamed module), from a class whose initialisation needs
-        // nothing: Bc's needs jdk.internal.misc.Unsafe, which java.base must export to it first. The helpers
-        // write the reified stack with Unsafe (raw memory: no application array aliases it, so the JIT keeps
-        // the application's loads across the store).
-        let state = jni
-            .find_class(&format!("{RUNTIME_PREFIX}T"))
-            .ok_or("the runtime class kprof/runtime/T cannot be loaded")?;
-        let module_local = jni.module_of(state);
-        jni.delete_local_ref(state);
-        let module = jni.new_global_ref(module_local);
-        jni.delete_local_ref(module_local);
-        let object = jni.find_class("java/lang/Object").ok_or("java.lang.Object not found")?;
-        let base = jni.module_of(object);
-        jni.delete_local_ref(object);
-        let exported = self.jvmti.add_module_exports(base, "jdk.internal.misc", module);
-        jni.delete_local_ref(base);
-        exported.map_err(|e| format!("AddModuleExports(java.base, jdk.internal.misc): {e}"))?;
+        // The helpers write the reified stack with Unsafe (raw memory: no application array aliases it, so
+        // the JIT keeps the application's loads across the store).
+        let module = runtime_module(jni, self.jvmti)?;
         let bc = bytecode::BcRuntime::load(jni)?;
         let exact = exact::ExactRuntime::load(jni)?;
         let module_class = jni.find_class("java/lang/Module").ok_or("java.lang.Module not found")?;
@@ -599,6 +584,40 @@ impl RewritingEngine {
     pub(crate) fn cct(&self) -> &'static Cct {
         self.cct
     }
+}
+
+/// Puts the Java runtime (the embedded jar) on the boot class path, once per process: every engine with
+/// Java helpers (the rewriting engines, the lock engine) calls this before it loads one of them.
+pub(crate) fn boot_runtime(jvmti: Jvmti) -> Result<(), String> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let jar = extract_runtime()?;
+        jvmti.add_to_bootstrap_search(&jar).map_err(|e| format!("AddToBootstrapClassLoaderSearch({jar}): {e}"))
+    })
+    .clone()
+}
+
+/// The runtime's module (the boot loader's unnamed module, a global reference), once java.base exports
+/// `jdk.internal.misc` to it: the helpers use `Unsafe`. Found from a class whose initialisation needs
+/// nothing (the others' need `Unsafe`). Call after [`boot_runtime`], on a thread attached to the JVM.
+pub(crate) fn runtime_module(jni: Jni, jvmti: Jvmti) -> Result<jobject, String> {
+    static MODULE: OnceLock<usize> = OnceLock::new();
+    if let Some(&m) = MODULE.get() {
+        return Ok(m as jobject);
+    }
+    let state =
+        jni.find_class(&format!("{RUNTIME_PREFIX}T")).ok_or("the runtime class kprof/runtime/T cannot be loaded")?;
+    let module_local = jni.module_of(state);
+    jni.delete_local_ref(state);
+    let module = jni.new_global_ref(module_local);
+    jni.delete_local_ref(module_local);
+    let object = jni.find_class("java/lang/Object").ok_or("java.lang.Object not found")?;
+    let base = jni.module_of(object);
+    jni.delete_local_ref(object);
+    let exported = jvmti.add_module_exports(base, "jdk.internal.misc", module);
+    jni.delete_local_ref(base);
+    exported.map_err(|e| format!("AddModuleExports(java.base, jdk.internal.misc): {e}"))?;
+    Ok(*MODULE.get_or_init(|| module as usize) as jobject)
 }
 
 /// Writes the embedded runtime jar to `/tmp/.kprof-<uid>/kprof-runtime-<hash>.jar` (a private
