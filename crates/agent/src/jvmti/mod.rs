@@ -367,6 +367,26 @@ impl Jvmti {
         Ok(h)
     }
 
+    /// Sets the mean number of bytes a thread allocates between two SampledObjectAlloc events (0: every
+    /// allocation). Process-wide: the JVM has one interval, whatever the environment.
+    pub fn set_heap_sampling_interval(self, bytes: i32) -> JvmtiResult<()> {
+        check(call!(self, SetHeapSamplingInterval, bytes))
+    }
+
+    /// The calling thread's stack, innermost frame first, into `frames` (as many as fit). Returns how many
+    /// frames were written.
+    pub fn current_stack_trace(self, frames: &mut [jvmtiFrameInfo]) -> JvmtiResult<usize> {
+        let mut count: jint = 0;
+        let max = frames.len().min(i32::MAX as usize) as jint;
+        check(call!(self, GetStackTrace, ptr::null_mut::<_jobject>(), 0, max, frames.as_mut_ptr(), &mut count))?;
+        Ok((count.max(0) as usize).min(frames.len()))
+    }
+
+    /// A full garbage collection; returns when it is done (finalizers are not run).
+    pub fn force_garbage_collection(self) -> JvmtiResult<()> {
+        check(call!(self, ForceGarbageCollection))
+    }
+
     pub fn phase(self) -> JvmtiResult<jvmtiPhase> {
         let mut phase: jvmtiPhase = 0;
         check(call!(self, GetPhase, &mut phase))?;
@@ -520,6 +540,32 @@ impl Jni {
 
     pub fn is_same_object(self, a: jobject, b: jobject) -> bool {
         jni!(self, IsSameObject, a, b) != 0
+    }
+
+    /// Whether an exception is pending on this thread (left as it is).
+    pub fn exception_pending(self) -> bool {
+        jni!(self, ExceptionCheck) != 0
+    }
+
+    /// A weak global reference to `obj` (null when the JVM is out of memory: the OutOfMemoryError it
+    /// raises is cleared, the caller did not ask for it).
+    pub fn new_weak_global_ref(self, obj: jobject) -> jweak {
+        let w = jni!(self, NewWeakGlobalRef, obj);
+        if w.is_null() {
+            self.clear_exception();
+        }
+        w
+    }
+
+    /// Whether the object a weak reference pointed to has been collected.
+    pub fn is_collected(self, weak: jweak) -> bool {
+        self.is_same_object(weak, ptr::null_mut())
+    }
+
+    pub fn delete_weak_global_ref(self, weak: jweak) {
+        if !weak.is_null() {
+            jni!(self, DeleteWeakGlobalRef, weak);
+        }
     }
 
     pub fn new_global_ref(self, obj: jobject) -> jobject {
