@@ -274,6 +274,46 @@ fn live_on_reports_the_objects_kept_and_not_those_dropped() {
             "{}: live=off: dropAll {drop_all:.2}%, {want_drop:.2}%",
             jdk.label()
         );
+
+        // `kprof dump` while the program runs (it waits after its allocations): the same, from the write's
+        // own collection.
+        let dumped = dir.join("dumped.json");
+        let mut cmd = Command::new(jdk.java());
+        cmd.arg("-Xmx1g")
+            .arg(format!("-agentpath:{}=mode=alloc,alloc=64k,live=on,file={}", agent_lib().display(), dumped.display()))
+            .arg("-cp")
+            .arg(harness_classes())
+            .args(["kprof.harness.AllocLive", "200", "120000"]);
+        let program = Background::spawn(cmd);
+        let line = program.wait_line("'alloclive:'", Duration::from_secs(120), |l| l.starts_with("alloclive:"));
+        let truth = program_line(&line, "alloclive:");
+        let want_most =
+            100.0 * numbers(&truth, "most_bytes") / (numbers(&truth, "most_bytes") + numbers(&truth, "less_bytes"));
+        let pid = program.child.id().to_string();
+        let dump = reply(&kprof_at(&kprof_bin(), None, &["dump", &pid]));
+        assert_eq!(dump["files"], dumped.display().to_string(), "{dump:?}");
+        let (most_share, _) = share(&dumped, "keepMost");
+        let (drop_share, _) = share(&dumped, "dropAll");
+        eprintln!(
+            "{}: live, kprof dump: keepMost {most_share:.2}% (kept {want_most:.2}%), dropAll {drop_share:.3}%",
+            jdk.label()
+        );
+        assert!(
+            (most_share - want_most).abs() <= 3.0,
+            "{}: dump: keepMost {most_share:.2}%, kept {want_most:.2}%",
+            jdk.label()
+        );
+        assert!(drop_share < 1.0, "{}: dump: dropped objects reported live: {drop_share:.3}%", jdk.label());
+        reply(&kprof_at(&kprof_bin(), None, &["stop", &pid]));
+        let stopped = Instant::now();
+        let summary = loop {
+            if let Some(l) = program.stderr().lines().find(|l| l.starts_with("kprof: mode=alloc ")) {
+                break l.to_string();
+            }
+            assert!(stopped.elapsed() < Duration::from_secs(10), "no summary after stop:\n{}", program.stderr());
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(summary.contains(" live=on ") && summary.contains(" gc_ms="), "{summary}");
     });
 }
 

@@ -1,12 +1,12 @@
 //! live=on: the samples whose objects may still be alive, each with a weak global reference to its
 //! object.
 //!
-//! Why weak references rather than tags and ObjectFree: a weak reference costs the sampled thread one
-//! JNI call and nothing else (HotSpot keeps them in a concurrent store that the collector clears as it
-//! collects), and right after a collection it tells exactly whether the object died. Tags go through one
-//! lock per environment for every sample (SetTag), and their ObjectFree events come late (the JVM posts
-//! them from its service thread after the collection), so a write that follows a collection would still
-//! count objects whose events had not come yet. Measurements of both: docs/BENCHMARKS.md.
+//! Why weak references rather than tags and ObjectFree: both tell, right after a forced collection,
+//! exactly which objects died (ForceGarbageCollection also delivers the ObjectFree events it caused),
+//! but a weak reference costs the sampled thread one JNI call and takes no lock, where SetTag goes
+//! through the environment's tag map under its lock. Measured on 144,000 samples (a 4 KiB interval, one
+//! allocating thread, JDK 17 and 25) over a callback that does nothing: 0 to 0.4 µs a sample with weak
+//! references, 0.8 to 1.2 µs with SetTag and ObjectFree.
 //!
 //! Samples are pushed by allocating threads; dead ones are dropped when the list doubles (by the thread
 //! whose push crosses the mark, outside the lock the others push under) and at every count, so the list

@@ -421,6 +421,19 @@ impl Engine for AllocEngine {
         }
     }
 
+    fn thread_start(&self, _jni: Jni, _thread: jthread, root: NodeId) {
+        // The agent gives the root (and never calls this for kprof's own threads): no name lookup later.
+        let generation = self.generation.load(Ordering::Acquire);
+        let _ = THREAD.try_with(|cell| {
+            if let Ok(mut state) = cell.try_borrow_mut() {
+                state.generation = generation;
+                state.root = root;
+                state.own = false;
+                state.path.clear();
+            }
+        });
+    }
+
     fn before_write(&self, jni: Option<Jni>) {
         if let (true, true, Some(jni)) = (self.running.load(Ordering::Acquire), self.live.load(Ordering::Relaxed), jni)
         {
