@@ -191,8 +191,9 @@ fn an_allocating_thread_churn_runs_clean_with_a_valid_profile() {
         let roots: std::collections::BTreeSet<&String> =
             ctx.iter().filter_map(|(s, _)| s.first()).filter(|f| f.starts_with("[thread churn-")).collect();
         assert!(roots.len() >= 500, "{}: {} thread roots", jdk.label(), roots.len());
-        // HotSpot restarts its sampler's random sequence from each new thread's address, so samples of
-        // short threads are correlated and the estimate varies more than sampling alone would make it.
+        // Short threads that each allocate about one interval: the estimate varies from run to run far
+        // more than sampling alone makes it (-19 % to +22 % measured; likely HotSpot's sampler, which
+        // reseeds its shared random sequence from each new thread's address), hence the wide bound.
         let allocated = numbers(&line, "allocated");
         assert!(
             (work / allocated - 1.0).abs() <= 0.35,
