@@ -411,6 +411,17 @@ impl Cct {
         self.overflow_samples.store(0, Ordering::Relaxed);
     }
 
+    /// Sets every counter of `metric` to zero, the other columns untouched: for an engine that recounts
+    /// its metric from what it keeps elsewhere (the allocation engine's live objects). Counts added while
+    /// it runs land on either side of it.
+    pub fn reset_metric(&self, metric: Metric) {
+        let Some(column) = self.columns[metric.index()].get() else { return };
+        let used = self.next.load(Ordering::Acquire).min(self.capacity() + 1);
+        for i in 1..used as usize {
+            column[i].store(0, Ordering::Relaxed);
+        }
+    }
+
     pub fn stats(&self) -> CctStats {
         CctStats {
             nodes: self.next.load(Ordering::Relaxed).min(self.capacity() + 1) - 1,
@@ -585,6 +596,26 @@ mod tests {
         let snap = cct.snapshot(&[Metric::Samples, Metric::Cpu]);
         assert_eq!(snap.nodes.len(), 3);
         assert!(snap.columns.iter().all(|c| c.iter().all(|&v| v == 0)));
+    }
+
+    #[test]
+    fn reset_metric_zeroes_one_column_only() {
+        let cct = tree(1 << 20);
+        cct.enable(Metric::AllocCount).unwrap();
+        cct.enable(Metric::AllocBytes).unwrap();
+        let (a, _) = cct.path(ROOT, [(f(1), -1)]);
+        let (b, _) = cct.path(a, [(f(2), 3)]);
+        for node in [a, b] {
+            sample(&cct, node, 10);
+            cct.add_events(node, Metric::AllocCount, 2, Metric::AllocBytes, 64);
+        }
+        cct.reset_metric(Metric::AllocBytes);
+        cct.reset_metric(Metric::LockNs); // no column: nothing to do
+        cct.add(b, Metric::AllocBytes, 5);
+        let snap = cct.snapshot(&[Metric::Samples, Metric::Cpu, Metric::AllocCount, Metric::AllocBytes]);
+        let sums: Vec<u64> = snap.columns.iter().map(|c| c.iter().sum()).collect();
+        assert_eq!(sums, vec![2, 20, 4, 5]);
+        assert_eq!(snap.nodes.len(), 4, "nodes are kept");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! Adding an engine: its folder here, a variant of [`EngineKind`] (which names it in `mode=`), and its line
 //! in [`create`].
 
+pub mod alloc;
 pub mod asgct;
 pub mod bytecode;
 pub mod exact;
@@ -104,6 +105,7 @@ pub fn create(
 ) -> Result<&'static dyn Engine, String> {
     match kind {
         EngineKind::Asgct => asgct::create(host, options, phase),
+        EngineKind::Alloc => alloc::create(host, options, phase),
         EngineKind::Bytecode => bytecode::create(host, options, phase),
         EngineKind::Exact => exact::create(host, options, phase),
         EngineKind::Lock => lock::create(host, options, phase),

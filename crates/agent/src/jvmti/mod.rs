@@ -367,6 +367,12 @@ impl Jvmti {
         Ok(h)
     }
 
+    /// Sets the mean number of bytes a thread allocates between two SampledObjectAlloc events (0: every
+    /// allocation). Process-wide: the JVM has one interval, whatever the environment.
+    pub fn set_heap_sampling_interval(self, bytes: i32) -> JvmtiResult<()> {
+        check(call!(self, SetHeapSamplingInterval, bytes))
+    }
+
     /// The calling thread's stack, innermost frame first, into `frames` (as many as fit). Returns how many
     /// frames were written.
     pub fn current_stack_trace(self, frames: &mut [jvmtiFrameInfo]) -> JvmtiResult<usize> {
@@ -387,6 +393,11 @@ impl Jvmti {
     /// Sets this environment's word of thread-local storage of the current thread.
     pub fn set_thread_local_word(self, value: usize) -> JvmtiResult<()> {
         check(call!(self, SetThreadLocalStorage, ptr::null_mut::<_jobject>(), value as *const c_void))
+    }
+
+    /// A full garbage collection; returns when it is done (finalizers are not run).
+    pub fn force_garbage_collection(self) -> JvmtiResult<()> {
+        check(call!(self, ForceGarbageCollection))
     }
 
     pub fn phase(self) -> JvmtiResult<jvmtiPhase> {
