@@ -13,6 +13,7 @@ pub mod asgct;
 pub mod bytecode;
 pub mod exact;
 pub mod rewriting;
+pub mod stack;
 
 use crate::cct::{Cct, NodeId, Snapshot};
 use crate::jvmti::bindings::jthread;
