@@ -14,6 +14,7 @@ pub mod bytecode;
 pub mod exact;
 pub mod rewriting;
 pub mod stack;
+pub mod wall;
 
 use crate::cct::{Cct, NodeId, Snapshot};
 use crate::jvmti::bindings::jthread;
@@ -106,6 +107,7 @@ pub fn create(
         EngineKind::Asgct => asgct::create(host, options, phase),
         EngineKind::Bytecode => bytecode::create(host, options, phase),
         EngineKind::Exact => exact::create(host, options, phase),
+        EngineKind::Wall => wall::create(host, options, phase),
         other => Err(format!("mode={} is not available in this build", other.name())),
     }
 }
