@@ -287,7 +287,7 @@ fn cpu_and_wall_engines_sample_the_same_threads_together() {
             let total: u64 = phases.iter().map(|(_, n)| n).sum();
             let compute: u64 =
                 phases.iter().filter(|(s, _)| has_frame(s, "WallSplit.computePhase(")).map(|(_, n)| n).sum();
-            assert!(total > 1000, "{}: {total} cpu samples of the phases thread", jdk.label());
+            assert!(total > 200, "{}: {total} cpu samples of the phases thread", jdk.label());
             assert!(
                 compute as f64 >= 0.9 * total as f64,
                 "{}: {compute} of {total} cpu samples in compute",
