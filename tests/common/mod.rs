@@ -274,6 +274,8 @@ pub struct Background {
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
     /// More pids to kill on drop (a JVM inside a PID namespace started through `unshare`).
     pub also_kill: Vec<u32>,
+    /// The threads reading its output (joined by [`Background::finish`]).
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Background {
@@ -285,13 +287,13 @@ impl Background {
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
         let lines = stdout.clone();
-        std::thread::spawn(move || {
+        let out_reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 lines.lock().unwrap().push((Instant::now(), line));
             }
         });
         let text = stderr.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             let mut err = err;
             while let Ok(n) = err.read(&mut buf) {
@@ -301,7 +303,29 @@ impl Background {
                 text.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        Background { child, stdout, stderr, also_kill: Vec::new() }
+        Background { child, stdout, stderr, also_kill: Vec::new(), readers: vec![out_reader, err_reader] }
+    }
+
+    /// Waits for the program to end by itself (killing it after `limit`, and failing) and returns what it
+    /// printed.
+    pub fn finish(mut self, limit: Duration) -> Run {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "still running after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                self.stdout(),
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        Run { status, stdout: self.stdout(), stderr: self.stderr() }
     }
 
     /// The stdout lines so far, with the time each arrived.

@@ -135,6 +135,8 @@ pub struct Options {
     pub live: bool,
     /// lock: waits shorter than this (nanoseconds) are not recorded.
     pub lock_ns: u64,
+    /// wall: threads signalled per interval, at most.
+    pub wall_batch: u32,
     /// bytecode/exact: only classes matching one of these patterns are rewritten (empty: all).
     pub include: Vec<String>,
     /// bytecode/exact: classes matching these patterns are not rewritten.
@@ -204,6 +206,7 @@ impl Default for Options {
             alloc_bytes: 512 * 1024,
             live: false,
             lock_ns: 10_000,
+            wall_batch: 16,
             include: Vec::new(),
             exclude: Vec::new(),
         }
@@ -280,6 +283,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("alloc", "size 1..1g (bytes, or with k, m, g)", "512k", "alloc: mean bytes allocated between two samples"),
     ("live", "on | off", "off", "alloc: report only objects still reachable when the profile is written"),
     ("lock", "duration 0..10s (0 = every wait)", "10us", "lock: waits shorter than this are not recorded"),
+    (
+        "batch",
+        "1..8192",
+        "16",
+        "wall: threads sampled per interval at most (more threads are taken in turn, each sample weighted by the time since the thread's last)",
+    ),
     (
         "include",
         "class pattern, * and ? wildcards (repeatable, or :-separated)",
@@ -362,6 +371,7 @@ impl Options {
         let mut format: Option<Format> = None;
         let mut paths: Vec<String> = Vec::new();
         let mut callsite_given = false;
+        let mut batch_given = false;
         for item in text.unwrap_or("").split(',') {
             let item = item.trim();
             if item.is_empty() {
@@ -422,6 +432,10 @@ impl Options {
                 "gran" => o.gran = parse_range(key, need()?, 1, 1_000_000_000)? as u32,
                 "rand" => o.rand = parse_range(key, need()?, 0, 1_000_000_000)? as u32,
                 "maxpath" => o.maxpath = parse_range(key, need()?, 0, 65535)? as u32,
+                "batch" => {
+                    o.wall_batch = parse_range(key, need()?, 1, 8192)? as u32;
+                    batch_given = true;
+                }
                 "include" | "exclude" => {
                     let v = need()?;
                     let patterns = v.split(':').filter(|p| !p.is_empty()).map(str::to_string);
@@ -490,6 +504,13 @@ impl Options {
         if o.live && !o.has(EngineKind::Alloc) {
             return Err(OptionError(format!(
                 "kprof: bad option 'live=on': accepted only with the alloc engine (this is mode={})",
+                o.mode_name()
+            )));
+        }
+        if batch_given && !o.has(EngineKind::Wall) {
+            return Err(OptionError(format!(
+                "kprof: bad option 'batch={}': accepted only with the wall engine (this is mode={})",
+                o.wall_batch,
                 o.mode_name()
             )));
         }
@@ -671,6 +692,11 @@ mod tests {
             ("lock=11s", "'lock=11s'"),
             ("lock=5", "'lock=5'"),
             ("mode=asgct,metric=calls", "'metric=calls'"),
+            ("mode=wall,batch=0", "'batch=0'"),
+            ("mode=wall,batch=9000", "'batch=9000'"),
+            ("mode=wall,batch=some", "'batch=some'"),
+            ("mode=wall,batch=", "'batch='"),
+            ("mode=asgct,batch=8", "'batch=8'"),
         ];
         for (input, needle) in cases {
             let err = Options::parse(Some(input)).unwrap_err().0;
@@ -696,6 +722,10 @@ mod tests {
         assert_eq!(o.effective_metric(), Metric::Samples);
         let w = Options::parse(Some("mode=wall+alloc")).unwrap();
         assert_eq!(w.effective_metric(), Metric::Wall);
+        assert_eq!(w.wall_batch, 16);
+        let aw = Options::parse(Some("mode=asgct+wall,batch=64,interval=1ms")).unwrap();
+        assert_eq!((aw.wall_batch, aw.interval_ns), (64, 1_000_000));
+        assert_eq!(aw.metrics(), [Metric::Samples, Metric::Cpu, Metric::WallSamples, Metric::Wall]);
         let b = Options::parse(Some("mode=bytecode+asgct,metric=cpu")).unwrap();
         assert_eq!((b.rewriting(), b.effective_metric()), (Some(EngineKind::Bytecode), Metric::Cpu));
         assert!(!b.callsite, "bytecode mode keeps callsites apart only on request");

@@ -173,8 +173,15 @@ impl Agent {
                 ))
             })
             .collect();
+        // Each engine's part of the summary line, its keys prefixed with its name (`wall.rate=...`).
+        let mut parts = String::new();
+        for e in session.engines.iter().filter(|_| session.running) {
+            for token in e.summary(&meta).split(' ').filter(|t| t.contains('=')) {
+                parts.push_str(&format!(" {}.{token}", e.kind().name()));
+            }
+        }
         format!(
-            "ok state={} mode={} timer={} interval={} samples={} elapsed_ms={} files={}",
+            "ok state={} mode={} timer={} interval={} samples={} elapsed_ms={}{parts} files={}",
             if session.running { "running" } else { "stopped" },
             session.options.mode_name(),
             if meta.timer.is_empty() { "none" } else { &meta.timer },

@@ -15,6 +15,8 @@ pub mod bytecode;
 pub mod exact;
 pub mod lock;
 pub mod rewriting;
+pub mod stack;
+pub mod wall;
 
 use crate::cct::{Cct, NodeId, Snapshot};
 use crate::jvmti::bindings::jthread;
@@ -109,7 +111,7 @@ pub fn create(
         EngineKind::Bytecode => bytecode::create(host, options, phase),
         EngineKind::Exact => exact::create(host, options, phase),
         EngineKind::Lock => lock::create(host, options, phase),
-        other => Err(format!("mode={} is not available in this build", other.name())),
+        EngineKind::Wall => wall::create(host, options, phase),
     }
 }
 

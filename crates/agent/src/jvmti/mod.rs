@@ -257,6 +257,13 @@ impl Jvmti {
         Ok(self.take_string(info.name))
     }
 
+    /// The thread's JVMTI state bits (`JVMTI_THREAD_STATE_*`). Callable from any attached thread.
+    pub fn thread_state(self, t: jthread) -> JvmtiResult<u32> {
+        let mut state: jint = 0;
+        check(call!(self, GetThreadState, t, &mut state))?;
+        Ok(state as u32)
+    }
+
     pub fn current_thread(self) -> JvmtiResult<jthread> {
         let mut t: jthread = ptr::null_mut();
         check(call!(self, GetCurrentThread, &mut t))?;
@@ -583,6 +590,13 @@ impl Jni {
 
     pub fn new_global_ref(self, obj: jobject) -> jobject {
         jni!(self, NewGlobalRef, obj)
+    }
+
+    /// Deletes a global reference made by [`Jni::new_global_ref`] (on any thread).
+    pub fn delete_global_ref(self, obj: jobject) {
+        if !obj.is_null() {
+            jni!(self, DeleteGlobalRef, obj)
+        }
     }
 
     /// The contents of a Java string (modified UTF-8 read as lossy UTF-8).
