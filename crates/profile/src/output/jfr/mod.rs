@@ -84,7 +84,7 @@ pub fn render_with(profile: &Profile, events: &[EventDef]) -> Vec<u8> {
     let rows: Vec<(u64, &EventDef)> = events
         .iter()
         .enumerate()
-        .filter(|(_, d)| profile.has(d.applies) && !d.unless.is_some_and(|m| profile.has(m)))
+        .filter(|(_, d)| profile.has(d.applies) && d.requires.is_none_or(|(m, present)| profile.has(m) == present))
         .map(|(i, d)| (ty::FIRST_EVENT + i as u64, d))
         .collect();
     let parents = profile.parents();

@@ -371,7 +371,7 @@ fn rows_with_classes_and_durations_read_back() {
         description: "",
         category: &["Java Application"],
         applies: Metric::LockCount,
-        unless: None,
+        requires: None,
         contexts: Contexts::All,
         emit: Emit::PerUnit(Metric::LockCount),
         thread_field: "eventThread",
