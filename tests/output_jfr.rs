@@ -56,6 +56,9 @@ fn thread_and_stack(p: &Profile, node: u32, parents: &[u32]) -> (String, String)
     (thread, frames.iter().map(|&n| jfr_frame_name(frame(n))).collect::<Vec<_>>().join(";"))
 }
 
+/// (event type, count, numeric field sums, attributes) of one context.
+type ExpectedEvent<'a> = (&'a str, u64, Vec<(&'a str, u64)>, String);
+
 /// The events kprof's recording of profile `p` must hold: one `jdk.ExecutionSample` per CPU sample (and
 /// per wall sample, with its state, when there is no CPU sample; `kprof.WallSample` with its weight when
 /// there is), one `jdk.ObjectAllocationSample` per allocation context with its bytes, one
@@ -89,7 +92,7 @@ fn expected(p: &Profile) -> Seen {
                 || (f.method == "park" && f.class.ends_with(".Unsafe"))
         });
         let state = || jfr::thread_state(leaf_label).to_string();
-        let mut events: Vec<(&str, u64, Vec<(&str, u64)>, String)> = Vec::new();
+        let mut events: Vec<ExpectedEvent> = Vec::new();
         if v(Metric::Samples) > 0 {
             events.push(("jdk.ExecutionSample", v(Metric::Samples), vec![], "state=STATE_RUNNABLE".into()));
         }
