@@ -10,8 +10,8 @@
 #[allow(clippy::all)]
 #[rustfmt::skip]
 pub mod bindings;
-pub mod vmstructs;
 mod jni;
+pub mod vmstructs;
 
 pub use jni::{JavaException, Jni};
 
