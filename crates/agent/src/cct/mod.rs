@@ -387,7 +387,7 @@ impl Cct {
     /// For the VM's exit, after the last snapshot: gives the tree's memory back to the kernel, so that
     /// writing the profile reuses it. On a virtual machine, memory the guest has not touched lately costs
     /// the host a fault of its own at first touch: writing 774 MB to a file took 0.5–0.6 s on such memory
-    /// and 0.17 s on memory freed just before (docs/BENCHMARKS.md, seventh session). Every node and
+    /// and 0.17 s on memory freed just before (docs/benchmarks-log.md). Every node and
     /// slot reads as zero afterwards (an empty tree with no root frame), which is memory-safe for a
     /// straggling insert but is no profile any more.
     pub fn discard(&self) {

@@ -1,11 +1,12 @@
-//! The bytecode mode's rewrite (Komorium, seeds/000 §4–5): every basic block adds its instruction count to
-//! a local counter; granularity checks, at Komorium §5.2's places (blocks that call or head a loop, returns
+//! The bytecode mode's rewrite (Komorium: Binder et al., "Portable and accurate sampling profiling for
+//! Java", 2006, sections 4–5): every basic block adds its instruction count to a local counter;
+//! granularity checks, at the places of the paper's section 5.2 (blocks that call or head a loop, returns
 //! and throws, and wherever a forward path would run past MaxPath bytecodes unchecked), commit it to the
 //! thread's counter and record a sample when the period is over; a reified stack of method ids is kept by
-//! a push in the prologue and a pop at returns. The Java side is `java-runtime/src/kprof/runtime/Bc.java`,
+//! a push in the prologue and a pop at returns. The Java side is `crates/runtime/java/src/kprof/runtime/Bc.java`,
 //! whose comment shows the inserted sequences and says why they look the way they do.
 //!
-//! Leaf methods (no calls) are not pushed: they name themselves only when they sample (Komorium §5.1); a
+//! Leaf methods (no calls) are not pushed: they name themselves only when they sample (Komorium, section 5.1); a
 //! leaf of one block gets a single helper call before its returns and no locals.
 
 use std::sync::Arc;
@@ -33,7 +34,7 @@ pub struct BytecodeConfig {
     pub max_path: u32,
     /// Every call writes its site into the caller's stack entry (the CCT then keeps callsites apart).
     pub callsites: bool,
-    /// Komorium §5.1: leaf methods are not pushed; they name themselves when they sample.
+    /// Komorium, section 5.1: leaf methods are not pushed; they name themselves when they sample.
     pub leaf_optimization: bool,
     /// java.lang.Thread has kprof's fields for the thread's state (the agent started with the JVM); otherwise
     /// the state is looked up in a table by thread id and kept in a local.

@@ -1,7 +1,8 @@
-//! The exact mode's rewrite (JP2 and CCCP, seeds/002 and seeds/001): every invocation finds or creates its
-//! node in the thread's calling context tree and counts itself there, and every basic block adds its
+//! The exact mode's rewrite (after JP2, the call-site aware calling-context profiler for the JVM, and
+//! CCCP: Moret et al., "Complete Calling Context Profiling in Virtual Execution Environments", 2009):
+//! every invocation finds or creates its node in the thread's calling context tree and counts itself there, and every basic block adds its
 //! bytecodes to that node (`bb=on`: increments its own counter instead). The Java side is
-//! `java-runtime/src/kprof/runtime/Exact.java`, whose comment shows the inserted sequences.
+//! `crates/runtime/java/src/kprof/runtime/Exact.java`, whose comment shows the inserted sequences.
 //!
 //! Blocks are bytecode mode's (Komorium's rule, split at MaxPath, counted at their start), so on the same
 //! run both modes count the same bytecodes. The current node follows bytecode mode's depth protocol:

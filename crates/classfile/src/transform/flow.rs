@@ -1,6 +1,6 @@
 //! Basic blocks of a method and what the counting rewrites (bytecode and exact modes) need to know about
 //! each: whether it calls, allocates, returns or throws, heads a loop, is entered by an edge, and where
-//! Komorium's granularity checks go (seeds/000 §5.2). Both modes count a block's instructions at its start,
+//! Komorium's granularity checks go (Komorium paper, section 5.2). Both modes count a block's instructions at its start,
 //! so on the same code they count the same bytecodes.
 
 use crate::blocks::{basic_blocks_into, Block, BlockRule};

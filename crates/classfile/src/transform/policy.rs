@@ -1,4 +1,4 @@
-//! Which methods a rewrite leaves alone on purpose (DESIGN §4), each with a reason that is counted.
+//! Which methods a rewrite leaves alone on purpose, each with a reason that is counted.
 
 use crate::annotations::for_each_annotation_type;
 use crate::class::{ACC_ABSTRACT, ACC_NATIVE};
@@ -42,7 +42,7 @@ impl PolicyReason {
     }
 }
 
-/// A skip policy. [`SkipPolicy::agent`] is the DESIGN §4 list that the bytecode and exact modes use;
+/// A skip policy. [`SkipPolicy::agent`] is the list that the bytecode and exact modes use;
 /// [`SkipPolicy::minimal`] (the probe mode's default, so it proves the engine on everything else) skips only
 /// what must never change: kprof's own classes, `Object.<init>`, and empty `finalize()` methods (HotSpot
 /// registers a finalizer for every object whose class has a non-empty one: a rewritten `Object.finalize()` would

@@ -27,7 +27,7 @@ import jdk.internal.vm.annotation.ForceInline;
  * bytecodes left before the next sample) once it holds MaxPath bytecodes, an exit always. A commit that
  * takes the counter to zero or below records a sample: the first D entries of the reified stack, the method
  * and the bytecodes counted since the thread's previous sample (Komorium: a sample stands for the period
- * before it). Checks sit where Komorium §5.2 puts them, and every call and exit commits what the method
+ * before it). Checks sit where the Komorium paper (section 5.2) puts them, and every call and exit commits what the method
  * counted, so a sample's context is always the context its bytecodes were counted in.
  *
  * <p>The reified stack is kept by the callee: {@code enter} writes the method's id at the depth the caller
