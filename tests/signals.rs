@@ -283,6 +283,7 @@ fn sessions_started_again_and_again_while_threads_start_and_end_leave_the_jvm_wh
         ];
         let started = Instant::now();
         let mut round = 0;
+        let mut slowest = Duration::ZERO;
         // Each start finds the running threads while some of them end: the search, the registration and
         // the timers of threads that are gone must leave the JVM whole, and every profile readable.
         while started.elapsed() < Duration::from_secs(20) {
@@ -291,10 +292,27 @@ fn sessions_started_again_and_again_while_threads_start_and_end_leave_the_jvm_wh
             let verb = if round == 0 { "attach" } else { "start" };
             let opts = format!("{mode},interval=1ms,file={}", file.display());
             reply(&kprof_at(&kprof_bin(), None, &[verb, &pid, &opts]));
+            let (metric, counter) = if mode.starts_with("mode=wall") {
+                (Metric::Wall, "wall.samples")
+            } else {
+                (Metric::Samples, "samples")
+            };
+            // A session runs at least 300 ms, and on until its first samples: on a loaded machine the
+            // program's threads (or the wall sampler) may not run at all for a few hundred milliseconds.
+            // A session that has none after 10 s gets none.
+            let round_started = Instant::now();
             std::thread::sleep(Duration::from_millis(300));
+            loop {
+                let status = reply(&kprof_at(&kprof_bin(), None, &["status", &pid]));
+                if status.get(counter).is_some_and(|n| n != "0") {
+                    break;
+                }
+                assert!(round_started.elapsed() < Duration::from_secs(10), "round {round} ({mode}): {status:?}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            slowest = slowest.max(round_started.elapsed());
             let stop = reply(&kprof_at(&kprof_bin(), None, &["stop", &pid]));
             let profile = read_profile(Path::new(&stop["files"])).unwrap_or_else(|e| panic!("round {round}: {e}"));
-            let metric = if mode.starts_with("mode=wall") { Metric::Wall } else { Metric::Samples };
             let c = &profile.meta.counters;
             assert!(profile.totals(metric)[0] > 0, "round {round} ({mode}): no samples; {c:?}");
             assert_eq!(c.get("threads_quarantined").copied().unwrap_or(0), 0, "round {round}: {c:?}");
@@ -304,7 +322,11 @@ fn sessions_started_again_and_again_while_threads_start_and_end_leave_the_jvm_wh
         run.assert_ok();
         let line = run.stdout.lines().find(|l| l.starts_with("threadstorm: threads=")).expect("threadstorm result");
         let threads: u64 = line["threadstorm: threads=".len()..].split(' ').next().unwrap().parse().unwrap();
-        eprintln!("{}: {round} sessions while {threads} threads started and ended", jdk.label());
+        eprintln!(
+            "{}: {round} sessions while {threads} threads started and ended (the slowest to its first samples: \
+             {slowest:?})",
+            jdk.label()
+        );
         assert!(round >= 10 && threads > 1000, "{round} rounds, {threads} threads");
     });
 }
