@@ -261,6 +261,23 @@ fn a_handler_that_replaces_kprofs_is_reported_in_the_summary_and_by_kprof_status
         assert_eq!(s.get("asgct.handler").map(String::as_str), Some("replaced(SIGURG)"), "{s:?}");
         assert_eq!(s.get("wall.handler").map(String::as_str), Some("replaced(SIGVTALRM)"), "{s:?}");
         assert!(run.stderr.contains("kprof: the SIGURG handler was replaced by another component"), "{}", run.stderr);
+
+        // timer=itimer's SIGPROF, the signal a JFR CPU-time recording would want.
+        let file = dir.join("stolen-itimer.collapsed");
+        let mut cmd = Command::new(jdk.java());
+        cmd.arg(format!("-agentpath:{}=timer=itimer,file={}", agent_lib().display(), file.display()))
+            .arg("-cp")
+            .arg(harness_classes())
+            .args(["kprof.harness.SignalThief", "steal", "PROF", "3"]);
+        let app = Background::spawn(cmd);
+        let pid = app.child.id().to_string();
+        app.wait_line("installed", Duration::from_secs(60), |l| l == "signalthief: installed");
+        std::thread::sleep(Duration::from_millis(200));
+        let status = reply(&kprof_at(&kprof_bin(), None, &["status", &pid]));
+        assert_eq!(status.get("asgct.handler").map(String::as_str), Some("replaced(SIGPROF)"), "{status:?}");
+        let run = app.finish(Duration::from_secs(60));
+        run.assert_ok();
+        assert_eq!(run.summary().get("handler").map(String::as_str), Some("replaced(SIGPROF)"), "{}", run.stderr);
     });
 }
 
