@@ -178,6 +178,7 @@ impl Engine for WallEngine {
         c.insert("wall_deferred_picks".into(), load(&st.deferred));
         c.insert("wall_ticks".into(), load(&st.ticks));
         c.insert("wall_late_ticks".into(), load(&st.late_ticks));
+        c.insert("wall_tick_delay_ns".into(), load(&st.tick_delay_ns));
         c.insert("wall_threads_sampled".into(), load(&st.threads));
         c.insert("wall_threads_refused".into(), load(&st.threads_refused));
         c.insert("wall_threads_retired".into(), load(&st.threads_retired));

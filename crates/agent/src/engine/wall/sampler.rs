@@ -33,6 +33,9 @@ pub struct WallStats {
     /// Ticks the sampler ran, and ticks it skipped because it woke more than an interval late.
     pub ticks: AtomicU64,
     pub late_ticks: AtomicU64,
+    /// How late the ticks came, in all (nanoseconds after their time): a sampler held up cannot tell
+    /// where in that time a thread changed state.
+    pub tick_delay_ns: AtomicU64,
     /// Threads registered, refused, and taken off because they had ended.
     pub threads: AtomicU64,
     pub threads_refused: AtomicU64,
@@ -248,6 +251,7 @@ impl WallSampler {
                 }
                 continue;
             }
+            self.stats.tick_delay_ns.fetch_add(now - next, Ordering::Relaxed);
             // A tick more than an interval late is not made up for with a burst: the next one is an
             // interval from now (the weights count the time anyway).
             next = if now > next + self.interval_ns {
