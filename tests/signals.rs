@@ -153,25 +153,37 @@ fn kprof_attached_beside_a_running_jfr_cpu_time_recording_passes_it_its_sigprof(
         let attached_at = seconds_of_day_now();
         assert_eq!(attach["timer"], "itimer", "{attach:?}");
         std::thread::sleep(Duration::from_millis(3000));
+        // Both handlers stay: kprof's installed (it would report another that replaced it), JFR's behind it.
+        let status = reply(&kprof_at(&kprof_bin(), None, &["status", &pid]));
+        assert_eq!(status.get("asgct.handler"), None, "{status:?}");
         let stop = reply(&kprof_at(&kprof_bin(), None, &["stop", &pid]));
         let stopped_at = seconds_of_day_now();
         let run = app.finish(Duration::from_secs(60));
         run.assert_ok();
         let samples = cpu_time_samples(&jdk, &recording);
-        let rate = |from: f64, to: f64| samples.iter().filter(|&&t| t > from && t < to).count() as f64 / (to - from);
-        let (before, during) = (rate(ready_at + 0.5, attached_at), rate(attached_at + 0.5, stopped_at));
-        eprintln!(
-            "{}: JFR CPU-time samples per second: {before:.0} before kprof attached, {during:.0} while it sampled with \
-             timer=itimer ({} in all)",
-            jdk.label(),
-            samples.len()
-        );
-        // The same thread works all along; two signals of one kind pending at once are one, so kprof's
-        // own SIGPROF takes a few of JFR's.
-        assert!(before >= 5.0, "{}: {before:.1} JFR samples per second before kprof", jdk.label());
-        assert!(during >= 0.5 * before, "{}: JFR {during:.0}/s while kprof ran, {before:.0}/s before", jdk.label());
+        let count = |from: f64, to: f64| samples.iter().filter(|&&t| t > from && t < to).count() as f64;
+        let before = count(ready_at + 0.5, attached_at) / (attached_at - ready_at - 0.5);
+        let during = count(attached_at, stopped_at);
         let stacks = read_collapsed(Path::new(&stop["files"]));
-        assert!(count_where(&stacks, |s| has_frame(s, "kprof.harness.SignalThief.work")) > 50, "kprof's own samples");
+        let own = count_where(&stacks, |s| has_frame(s, "kprof.harness.SignalThief.work")) as f64;
+        let all = count_where(&stacks, |_| true) as f64;
+        let rate: f64 = status["asgct.rate"].trim_end_matches("/cpu-s").parse().unwrap();
+        eprintln!(
+            "{}: JFR CPU-time samples: {before:.0} per second before kprof attached; while kprof sampled with \
+             timer=itimer, JFR {during:.0}, kprof {all:.0} ({own:.0} in SignalThief.work, {rate:.0} per CPU-second)",
+            jdk.label()
+        );
+        // JFR and kprof each sample every 10 ms of CPU time, JFR the thread's, kprof the process's. How much
+        // CPU the working thread gets depends on the machine's load, so the two are compared over the same
+        // time: each gets about as many samples as the other. kprof's SIGPROF is the process's: when it
+        // comes together with JFR's, the kernel hands it to another thread while the working thread handles
+        // JFR's (a thread that blocks a signal passes the process's pending one on), so only part of
+        // kprof's samples are of the working thread.
+        assert!(before >= 1.0, "{}: {before:.1} JFR samples per second before kprof", jdk.label());
+        assert!(during >= 10.0, "{}: JFR recorded {during} CPU-time samples while kprof sampled", jdk.label());
+        assert!(during >= 0.5 * all, "{}: JFR {during} samples, kprof {all}: JFR lost its signals", jdk.label());
+        assert!(all >= 0.5 * during, "{}: kprof {all} samples, JFR {during}: kprof lost its own", jdk.label());
+        assert!(own >= 0.25 * during, "{}: kprof {own} samples of the working thread, JFR {during}", jdk.label());
     }
 }
 
@@ -249,6 +261,23 @@ fn a_handler_that_replaces_kprofs_is_reported_in_the_summary_and_by_kprof_status
         assert_eq!(s.get("asgct.handler").map(String::as_str), Some("replaced(SIGURG)"), "{s:?}");
         assert_eq!(s.get("wall.handler").map(String::as_str), Some("replaced(SIGVTALRM)"), "{s:?}");
         assert!(run.stderr.contains("kprof: the SIGURG handler was replaced by another component"), "{}", run.stderr);
+
+        // timer=itimer's SIGPROF, the signal a JFR CPU-time recording would want.
+        let file = dir.join("stolen-itimer.collapsed");
+        let mut cmd = Command::new(jdk.java());
+        cmd.arg(format!("-agentpath:{}=timer=itimer,file={}", agent_lib().display(), file.display()))
+            .arg("-cp")
+            .arg(harness_classes())
+            .args(["kprof.harness.SignalThief", "steal", "PROF", "3"]);
+        let app = Background::spawn(cmd);
+        let pid = app.child.id().to_string();
+        app.wait_line("installed", Duration::from_secs(60), |l| l == "signalthief: installed");
+        std::thread::sleep(Duration::from_millis(200));
+        let status = reply(&kprof_at(&kprof_bin(), None, &["status", &pid]));
+        assert_eq!(status.get("asgct.handler").map(String::as_str), Some("replaced(SIGPROF)"), "{status:?}");
+        let run = app.finish(Duration::from_secs(60));
+        run.assert_ok();
+        assert_eq!(run.summary().get("handler").map(String::as_str), Some("replaced(SIGPROF)"), "{}", run.stderr);
     });
 }
 
@@ -271,6 +300,7 @@ fn sessions_started_again_and_again_while_threads_start_and_end_leave_the_jvm_wh
         ];
         let started = Instant::now();
         let mut round = 0;
+        let mut slowest = Duration::ZERO;
         // Each start finds the running threads while some of them end: the search, the registration and
         // the timers of threads that are gone must leave the JVM whole, and every profile readable.
         while started.elapsed() < Duration::from_secs(20) {
@@ -279,12 +309,29 @@ fn sessions_started_again_and_again_while_threads_start_and_end_leave_the_jvm_wh
             let verb = if round == 0 { "attach" } else { "start" };
             let opts = format!("{mode},interval=1ms,file={}", file.display());
             reply(&kprof_at(&kprof_bin(), None, &[verb, &pid, &opts]));
+            let (metric, counter) = if mode.starts_with("mode=wall") {
+                (Metric::Wall, "wall.samples")
+            } else {
+                (Metric::Samples, "samples")
+            };
+            // A session runs at least 300 ms, and on until its first samples: on a loaded machine the
+            // program's threads (or the wall sampler) may not run at all for a few hundred milliseconds.
+            // A session that has none after 10 s gets none.
+            let round_started = Instant::now();
             std::thread::sleep(Duration::from_millis(300));
+            loop {
+                let status = reply(&kprof_at(&kprof_bin(), None, &["status", &pid]));
+                if status.get(counter).is_some_and(|n| n != "0") {
+                    break;
+                }
+                assert!(round_started.elapsed() < Duration::from_secs(10), "round {round} ({mode}): {status:?}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            slowest = slowest.max(round_started.elapsed());
             let stop = reply(&kprof_at(&kprof_bin(), None, &["stop", &pid]));
             let profile = read_profile(Path::new(&stop["files"])).unwrap_or_else(|e| panic!("round {round}: {e}"));
-            let metric = if mode.starts_with("mode=wall") { Metric::Wall } else { Metric::Samples };
-            assert!(profile.totals(metric)[0] > 0, "round {round} ({mode}): no samples");
             let c = &profile.meta.counters;
+            assert!(profile.totals(metric)[0] > 0, "round {round} ({mode}): no samples; {c:?}");
             assert_eq!(c.get("threads_quarantined").copied().unwrap_or(0), 0, "round {round}: {c:?}");
             round += 1;
         }
@@ -292,7 +339,11 @@ fn sessions_started_again_and_again_while_threads_start_and_end_leave_the_jvm_wh
         run.assert_ok();
         let line = run.stdout.lines().find(|l| l.starts_with("threadstorm: threads=")).expect("threadstorm result");
         let threads: u64 = line["threadstorm: threads=".len()..].split(' ').next().unwrap().parse().unwrap();
-        eprintln!("{}: {round} sessions while {threads} threads started and ended", jdk.label());
+        eprintln!(
+            "{}: {round} sessions while {threads} threads started and ended (the slowest to its first samples: \
+             {slowest:?})",
+            jdk.label()
+        );
         assert!(round >= 10 && threads > 1000, "{round} rounds, {threads} threads");
     });
 }

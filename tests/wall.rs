@@ -57,6 +57,8 @@ struct PhaseShares {
     /// Wall time of the thread in the profile, and as the program measured it (ms).
     profiled_ms: f64,
     measured_ms: f64,
+    /// Cycles of the four phases the program ran.
+    cycles: f64,
 }
 
 fn phase_shares(stdout: &str, stacks: &[(Vec<String>, u64)]) -> PhaseShares {
@@ -85,7 +87,7 @@ fn phase_shares(stdout: &str, stacks: &[(Vec<String>, u64)]) -> PhaseShares {
         by_label.insert(k, 100.0 * with_label(l) / label_total);
     }
     let profiled_ms = phases.iter().map(|(_, n)| *n).sum::<u64>() as f64 / 1e6;
-    PhaseShares { measured, by_frame, by_label, profiled_ms, measured_ms }
+    PhaseShares { measured, by_frame, by_label, profiled_ms, measured_ms, cycles: program["cycles"] }
 }
 
 /// Runs WallSplit for `seconds` with `opts` (a JSON file added); returns the run and the profile.
@@ -117,6 +119,26 @@ fn shares_within(s: &PhaseShares, tolerance: f64) -> Result<(), String> {
     Ok(())
 }
 
+/// How far from the measured shares a profile may be, in points: 2, and what the sampler's own lateness
+/// explains. A pick weighs half the time to each neighbouring pick, so a state change between two picks
+/// moves at most half their distance to the wrong state; a sampler held up (a loaded machine) makes
+/// that distance longer than an interval. Each phase begins and ends once a cycle: its share may move
+/// by the ticks' mean delay per cycle (the profile's `wall_tick_delay_ns` over `wall_ticks`).
+fn tolerance(profile: &Profile, s: &PhaseShares) -> f64 {
+    let c = &profile.meta.counters;
+    let count = |k: &str| c.get(k).copied().unwrap_or(0) as f64;
+    let mean_delay_ms = count("wall_tick_delay_ns") / count("wall_ticks").max(1.0) / 1e6;
+    let cycle_ms = s.measured_ms / s.cycles.max(1.0);
+    let tolerance = 2.0 + 100.0 * mean_delay_ms / cycle_ms;
+    eprintln!(
+        "  sampler: ticks {mean_delay_ms:.2} ms late on average, {} of {} more than an interval; cycle \
+         {cycle_ms:.0} ms: within {tolerance:.2} points",
+        count("wall_late_ticks"),
+        count("wall_ticks")
+    );
+    tolerance
+}
+
 fn report(label: &str, s: &PhaseShares) {
     let show = |m: &BTreeMap<&str, f64>| {
         PHASES.iter().map(|(k, _, _)| format!("{k} {:.2}", m[k])).collect::<Vec<_>>().join(", ")
@@ -138,7 +160,8 @@ fn a_thread_that_sleeps_computes_parks_and_waits_gets_its_measured_wall_shares_w
         for (interval, seconds) in [("10ms", "12"), ("1ms", "6")] {
             // A run is a measurement on a shared machine as much as kprof's: a sampler thread that the
             // scheduler holds up for tens of milliseconds cannot tell where in that time the sampled
-            // thread changed state. The shares hold if one of three runs is within 2 points.
+            // thread changed state. The shares hold if one of three runs is within 2 points (and what the
+            // sampler's own lateness explains: see `tolerance`).
             let mut errors = Vec::new();
             for attempt in 1..=3 {
                 let (run, profile) =
@@ -156,7 +179,7 @@ fn a_thread_that_sleeps_computes_parks_and_waits_gets_its_measured_wall_shares_w
                 );
                 let summary = run.summary();
                 assert_eq!((summary["mode"].as_str(), summary["interval"].as_str()), ("wall", interval), "{summary:?}");
-                match shares_within(&s, 2.0) {
+                match shares_within(&s, tolerance(&profile, &s)) {
                     Ok(()) => break,
                     Err(e) => errors.push(format!("{label}: {e}")),
                 }
@@ -202,13 +225,17 @@ fn idle_threads_stay_in_their_idle_frame_with_their_state() {
     });
 }
 
+/// A profiled run's summary line and its profile's counters.
+type Profiled = (BTreeMap<String, String>, BTreeMap<String, u64>);
+
 /// One IdleThreads run (1000 idle threads, the main thread working): its progress rate (units per
-/// second) and the summary when profiled.
-fn idle_threads(jdk: &Jdk, agent: Option<&str>) -> (f64, Option<BTreeMap<String, String>>) {
-    let run = run_java(jdk, agent, &[], "kprof.harness.IdleThreads", &["1000", "3"]);
+/// second) and, when profiled, the summary and the profile's counters (`json` is added to the files).
+fn idle_threads(jdk: &Jdk, agent: Option<&str>, json: &Path) -> (f64, Option<Profiled>) {
+    let opts = agent.map(|a| format!("{a},file={}", json.display()));
+    let run = run_java(jdk, opts.as_deref(), &[], "kprof.harness.IdleThreads", &["1000", "3"]);
     run.assert_ok();
     let rate: f64 = program_line(&run.stdout, "idlethreads:")["units_per_s"].parse().unwrap();
-    (rate, agent.map(|_| run.summary()))
+    (rate, agent.map(|_| (run.summary(), wall_profile(json).meta.counters)))
 }
 
 #[test]
@@ -224,20 +251,26 @@ fn a_thousand_idle_threads_are_sampled_at_a_bounded_rate_and_cost() {
             let mut without = Vec::new();
             let mut with = Vec::new();
             let mut summary = BTreeMap::new();
+            let mut counters = BTreeMap::new();
+            let json = dir.join("idle.json");
             for _ in 0..2 {
-                without.push(idle_threads(jdk, None).0);
-                let (rate, s) = idle_threads(jdk, Some(&opts));
+                without.push(idle_threads(jdk, None, &json).0);
+                let (rate, s) = idle_threads(jdk, Some(&opts), &json);
                 with.push(rate);
-                summary = s.unwrap();
+                (summary, counters) = s.unwrap();
             }
             let num = |k: &str| -> f64 {
                 summary[k].trim_end_matches("/s").trim_end_matches('s').trim_end_matches('%').parse().unwrap()
             };
+            let count = |k: &str| counters.get(k).copied().unwrap_or(0) as f64;
             let (base, profiled) = (median(&without), median(&with));
             let per_tick = batch as f64 / 0.010;
+            let (ticks, samples) = (count("wall_ticks"), count("wall_samples"));
+            let nominal_ticks = count("wall_elapsed_ns") / 10e6;
             eprintln!(
                 "{}: 1000 idle threads, batch={batch}: {} samples/s (bound {per_tick:.0}/s), {} signals, {} threads, sampler \
-                 {}s, handlers {}s; progress {profiled:.1} units/s profiled vs {base:.1} without ({:+.1} %)",
+                 {}s, handlers {}s, {ticks} ticks of {nominal_ticks:.0}; progress {profiled:.1} units/s profiled vs \
+                 {base:.1} without ({:+.1} %)",
                 jdk.label(),
                 summary["rate"],
                 summary["signals"],
@@ -247,10 +280,14 @@ fn a_thousand_idle_threads_are_sampled_at_a_bounded_rate_and_cost() {
                 100.0 * (profiled / base - 1.0)
             );
             assert!(num("threads") >= 1000.0, "{summary:?}");
-            // At most `batch` threads per tick, whatever the number of threads; and ticks do happen.
+            // At most `batch` threads per tick and a tick per interval, whatever the number of threads.
             let rate = num("rate");
             assert!(rate <= per_tick * 1.02, "{}: {rate} samples/s above {per_tick}", jdk.label());
-            assert!(rate >= per_tick * 0.4, "{}: {rate} samples/s, far below {per_tick}", jdk.label());
+            assert!(samples <= batch as f64 * ticks, "{}: {samples} samples in {ticks} ticks", jdk.label());
+            // Each tick samples a whole batch. A sampler that the machine's load holds up makes fewer ticks
+            // than intervals (a late one is not made up for), but ticks do happen.
+            assert!(samples >= 0.8 * batch as f64 * ticks, "{}: {samples} samples in {ticks} ticks", jdk.label());
+            assert!(ticks >= 0.1 * nominal_ticks, "{}: {ticks} ticks of {nominal_ticks:.0}", jdk.label());
             assert!(profiled >= 0.5 * base, "{}: progress {profiled:.1} units/s profiled vs {base:.1}", jdk.label());
         }
         let stacks = read_collapsed(&file);
@@ -298,11 +335,11 @@ fn cpu_and_wall_engines_sample_the_same_threads_together() {
                 "{}: a cpu sample with a state label",
                 jdk.label()
             );
-            // Wall shares as with the wall engine alone (one of three runs within 2 points, as there).
+            // Wall shares as with the wall engine alone (one of three runs within 2 points and what the sampler's lateness explains, as there).
             let shares = phase_shares(&run.stdout, &stacks(&profile, Metric::Wall));
             let label = format!("{} asgct+wall run {attempt}", jdk.label());
             report(&label, &shares);
-            match shares_within(&shares, 2.0) {
+            match shares_within(&shares, tolerance(&profile, &shares)) {
                 Ok(()) => break,
                 Err(e) => errors.push(format!("{label}: {e}")),
             }
