@@ -86,7 +86,10 @@ impl Agent {
         let result = control::read_request(stream).and_then(|request| match request {
             control::Request::Status => Ok(self.status()),
             control::Request::Stop => {
-                self.stop_session(Some(jni), true).map(|files| format!("ok files={}", files.join(",")))
+                // The reply carries the summary line, for the command's caller to show.
+                self.stop_session(Some(jni), true).map(|w| {
+                    format!("ok {} files={}", w.summary.unwrap_or_default(), w.files.join(",")).replace("ok  ", "ok ")
+                })
             }
             control::Request::Dump(text) => {
                 let files = if text.is_empty() {
