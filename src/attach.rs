@@ -187,6 +187,22 @@ fn check_signal_safe(target: &Target, pidfd: &OwnedFd) -> Result<(), String> {
     }
 }
 
+/// Checks, from outside, that `target` (behind `pidfd`) can be attached to: Ok with the verdict on
+/// SIGQUIT (an Err inside: attach only through a listener already up), Err when it must not be touched.
+pub(crate) fn check_attachable(target: &Target, pidfd: &OwnedFd) -> Result<Result<(), String>, Failure> {
+    let signal_safe = check_signal_safe(target, pidfd);
+    if sys::pidfd_exited(pidfd) {
+        return Err(fail(format!("pid {} exited", target.pid)));
+    }
+    if let Err(e) = &signal_safe {
+        // Without a listener already up there is nothing to talk to: refuse before touching the target.
+        if !hotspot::socket_path(target).exists() {
+            return Err(fail(e.clone()));
+        }
+    }
+    Ok(signal_safe)
+}
+
 /// Validates agent options here, so that a typo never reaches the target.
 fn validate_options(text: &str) -> Result<(), Failure> {
     // The agent's messages start with "kprof: " already.
@@ -295,16 +311,7 @@ pub(crate) fn load_agent(
     let pidfd = open_pidfd(pid)?;
     let prepared = prepare(pid)?;
     let target = &prepared.target;
-    let signal_safe = check_signal_safe(target, &pidfd);
-    if sys::pidfd_exited(&pidfd) {
-        return Err(fail(format!("pid {pid} exited")));
-    }
-    if let Err(e) = &signal_safe {
-        // Without a listener already up there is nothing to talk to: refuse before touching the target.
-        if !hotspot::socket_path(target).exists() {
-            return Err(fail(e.clone()));
-        }
-    }
+    let signal_safe = check_attachable(target, &pidfd)?;
     let (lib_path, reply) = creds::run_as(prepared.act_as.as_ref(), || {
         let lib_path = library::visible_path(target, &lib)?;
         let request = hotspot::request("load", &[&lib_path, "true", options])?;

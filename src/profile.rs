@@ -275,8 +275,16 @@ fn wait_until_started(pid: u32, timeout: Duration) {
     let start = Instant::now();
     while start.elapsed() < timeout && !INTERRUPTED.load(Ordering::SeqCst) {
         let Ok(target) = attach::target::Target::read(pid) else { return };
-        let starting = target.perfdata().and_then(|p| p.started()) == Some(false)
-            || (target.sigquit != attach::target::SigquitDisposition::Caught && target.maps_libjvm().unwrap_or(false));
+        let handles_sigquit = target.sigquit == attach::target::SigquitDisposition::Caught;
+        let starting = match target.perfdata().and_then(|p| p.started()) {
+            Some(started) => !started,
+            // No counters (yet, or -XX:-UsePerfData): a launcher that has not loaded the VM yet, or a VM
+            // that does not handle SIGQUIT yet.
+            None => match target.maps_libjvm() {
+                Ok(true) => !handles_sigquit,
+                _ => target.cmdline().first().is_some_and(|a| Path::new(a).file_name().is_some_and(|n| n == "java")),
+            },
+        };
         if !starting {
             return;
         }
@@ -291,8 +299,13 @@ struct Progress {
 
 impl Progress {
     fn draw(&mut self, pid: u32, elapsed: Duration, duration: Duration, samples: Option<u64>) {
-        let of =
-            if duration.is_zero() { "until Ctrl-C".to_string() } else { format!("/ {:.0} s", duration.as_secs_f64()) };
+        let of = if duration.is_zero() {
+            "until Ctrl-C".to_string()
+        } else if duration.subsec_nanos() == 0 {
+            format!("/ {} s", duration.as_secs())
+        } else {
+            format!("/ {:.1} s", duration.as_secs_f64())
+        };
         let samples = samples.map_or(String::new(), |s| format!(", {} samples", thousands(s)));
         let mut err = std::io::stderr().lock();
         let _ = write!(
@@ -345,6 +358,10 @@ fn profile(args: &[String]) -> Result<(), Failure> {
     wait_until_started(pid, a.timeout);
     let pidfd = attach::open_pidfd(pid)?;
     let prepared = attach::prepare(pid)?;
+    // A target that fails the checks is not written to (the private directory below) either.
+    if !control::present(&prepared.target).unwrap_or(false) {
+        attach::check_attachable(&prepared.target, &pidfd)?;
+    }
     let files = if a.files.is_empty() {
         vec![(PathBuf::from(format!("kprof-{pid}.html")), Format::Html)]
     } else {

@@ -437,6 +437,23 @@ mod tests {
     }
 
     #[test]
+    fn short_names_drop_the_package_and_the_signature() {
+        let native = Frame { kind: FrameKind::Native, ..Frame::java("java.lang.Thread", "sleep0", "(J)V") };
+        assert_eq!(short_name(&Frame::java("java.util.HashMap", "put", "(Ljava/lang/Object;)V")), "HashMap.put");
+        assert_eq!(short_name(&Frame::java("a.Map$Entry", "getKey", "()V")), "Map$Entry.getKey");
+        assert_eq!(short_name(&Frame::java("Top", "run", "()V")), "Top.run");
+        assert_eq!(short_name(&native), "Thread.sleep0 [native]");
+        assert_eq!(short_name(&Frame::pseudo("[GC_active]")), "[GC_active]");
+        assert_eq!(short_name(&Frame::thread("main")), "[thread main]");
+        let mut p = collapsed::parse("m;x.A.f(int)void 2\nm;x.A.f(long)void 3\n").unwrap();
+        p.meta.mode = "asgct".into();
+        let d = flame_data(&p, Metric::Samples, FrameNames::Short);
+        assert_eq!(named_nodes(&d), [("[root]", 1), ("m", 1), ("x.A.f", 0)].map(|(n, c)| (n.to_string(), c)));
+        assert_eq!(d.labels.as_deref(), Some(&["[root]".to_string(), "m".into(), "A.f".into()][..]));
+        assert_eq!(d.metrics[0].values, [0, 0, 5]);
+    }
+
+    #[test]
     fn deep_trees_do_not_recurse() {
         let mut p = Profile::new(Meta::default(), &[Metric::Samples]);
         let f = p.intern(Frame::java("A", "r", "()V"));
