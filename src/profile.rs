@@ -30,13 +30,13 @@ until Ctrl-C, writes the files and prints the summary.
   -o OPTIONS        more agent options, key=value,... (kprof attach PID help lists them); repeatable
   --signatures      flame graph frames with signatures (default: Class.method, full name in the tooltip)
   --lib PATH        the agent library (default: libkprof.so next to the kprof binary)
-  --timeout SECONDS how long to wait for the JVM to start and for its attach listener (default 5)
+  --timeout SECONDS how long to wait for the JVM to start and for its attach listener (default 10)
 A progress line is shown on stderr when it is a terminal. Ctrl-C stops early and still writes the files.";
 
 /// Default profiling time.
 const DEFAULT_DURATION: Duration = Duration::from_secs(30);
 /// How long to wait for a JVM still starting, and for its attach listener, by default.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long to wait for the agent's reply (a stop writes the files).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
 /// Agent options `kprof profile` sets itself, with the flag to use instead.
@@ -278,10 +278,14 @@ fn wait_until_started(pid: u32, timeout: Duration) {
         let handles_sigquit = target.sigquit == attach::target::SigquitDisposition::Caught;
         let starting = match target.perfdata().and_then(|p| p.started()) {
             Some(started) => !started,
-            // No counters (yet, or -XX:-UsePerfData): a launcher that has not loaded the VM yet, or a VM
-            // that does not handle SIGQUIT yet.
+            // No counters: a VM started with -XX:-UsePerfData (started once it handles SIGQUIT), or one that
+            // has not made its counters file yet (HotSpot makes it early in its start-up), or a launcher
+            // that has not loaded the VM yet.
             None => match target.maps_libjvm() {
-                Ok(true) => !handles_sigquit,
+                Ok(true) if attach::target::bool_flag(&target.jvm_options(), "UsePerfData") == Some(false) => {
+                    !handles_sigquit
+                }
+                Ok(true) => true,
                 _ => target.cmdline().first().is_some_and(|a| Path::new(a).file_name().is_some_and(|n| n == "java")),
             },
         };

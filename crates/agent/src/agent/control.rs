@@ -88,7 +88,8 @@ impl Agent {
             control::Request::Stop => {
                 // The reply carries the summary line, for the command's caller to show.
                 self.stop_session(Some(jni), true).map(|w| {
-                    format!("ok {} files={}", w.summary.unwrap_or_default(), w.files.join(",")).replace("ok  ", "ok ")
+                    let summary = w.summary.map(|s| format!("{s} ")).unwrap_or_default();
+                    format!("ok {summary}files={}", w.files.join(","))
                 })
             }
             control::Request::Dump(text) => {
