@@ -364,7 +364,8 @@ fn profile(args: &[String]) -> Result<(), Failure> {
     let prepared = attach::prepare(pid)?;
     // A target that fails the checks is not written to (the private directory below) either.
     if !control::present(&prepared.target).unwrap_or(false) {
-        attach::check_attachable(&prepared.target, &pidfd)?;
+        // Only a refusal matters here: load_agent takes the verdict on SIGQUIT again when it attaches.
+        let _verdict = attach::check_attachable(&prepared.target, &pidfd)?;
     }
     let files = if a.files.is_empty() {
         vec![(PathBuf::from(format!("kprof-{pid}.html")), Format::Html)]
