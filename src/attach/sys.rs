@@ -135,6 +135,31 @@ pub fn unlinkat(dir: &OwnedFd, name: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Runs `handler` on `signal` from now on (system calls it interrupts restart). The handler must only do
+/// what is async-signal-safe.
+pub fn on_signal(signal: i32, handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
+    // SAFETY: a zeroed sigaction is valid (no flags, no mask); it is filled before use, and `handler` is a
+    // plain function with the signature sa_handler expects (SA_SIGINFO is not set).
+    let rc = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = handler as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(signal, &action, std::ptr::null_mut())
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Ends the process at once with `status` (no destructors, no buffered output): callable from a signal
+/// handler.
+pub fn exit_now(status: i32) -> ! {
+    // SAFETY: _exit is async-signal-safe and takes a plain integer.
+    unsafe { libc::_exit(status) }
+}
+
 /// The kernel's `struct open_how` (libc's is non-exhaustive, so it cannot be built field by field).
 #[repr(C)]
 struct OpenHow {

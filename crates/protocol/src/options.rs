@@ -107,6 +107,9 @@ pub struct Options {
     pub metric: Option<Metric>,
     /// A root per thread.
     pub threads: bool,
+    /// Flame graph frames named with their signatures (`Class.method(int)void`, overloads apart) rather
+    /// than as `Class.method`.
+    pub signatures: bool,
     /// Maximum stack depth recorded; deeper stacks are cut and marked `[truncated]`.
     pub depth: u32,
     /// Arena size of the calling context tree, MiB, as given (0: not given; see [`Options::cct_mb`]).
@@ -192,6 +195,7 @@ impl Default for Options {
             files: Vec::new(),
             metric: None,
             threads: false,
+            signatures: false,
             depth: 2048,
             cct_mb: 0,
             help: false,
@@ -261,6 +265,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "the counter collapsed stacks, flame graph and text show",
     ),
     ("threads", "on | off", "off", "a root per thread"),
+    (
+        "signatures",
+        "on | off",
+        "off",
+        "flame graph: frames named with their signatures, overloads apart (off: Class.method, full name in the tooltip)",
+    ),
     ("depth", "1..8192", "2048", "deepest stack recorded; deeper stacks are cut at [truncated]"),
     (
         "cct_mb",
@@ -423,6 +433,7 @@ impl Options {
                     o.metric = Some(Metric::parse(v).ok_or_else(|| bad(key, v))?);
                 }
                 "threads" => o.threads = parse_switch(key, value)?,
+                "signatures" => o.signatures = parse_switch(key, value)?,
                 "control" => o.control = parse_switch(key, value)?,
                 "callsite" => {
                     o.callsite = parse_switch(key, value)?;

@@ -34,6 +34,8 @@ fn full_option_string() {
     assert_eq!(o.files[1].format, Format::Collapsed);
     assert_eq!(o.metric, Some(Metric::Cpu));
     assert!(o.threads);
+    assert!(!o.signatures);
+    assert!(Options::parse(Some("signatures=on")).unwrap().signatures);
     assert_eq!((o.depth, o.cct_mb()), (64, 16));
 }
 

@@ -115,8 +115,8 @@ impl Agent {
     }
 
     /// Ends the running session: stops its engines, writes its files, prints the summary. Returns the
-    /// paths written. `restore`: engines give the application its original code back.
-    pub(super) fn stop_session(&self, jni: Option<Jni>, restore: bool) -> Result<Vec<String>, String> {
+    /// paths written and the summary line. `restore`: engines give the application its original code back.
+    pub(super) fn stop_session(&self, jni: Option<Jni>, restore: bool) -> Result<super::write::Written, String> {
         let job = {
             let mut session = lock(&self.session);
             if session.ended {
@@ -154,7 +154,7 @@ impl Agent {
             e.before_write(jni);
         }
         let job = self.write_job(&mut lock(&self.session), files, false);
-        Ok(self.write(jni, job))
+        Ok(self.write(jni, job).files)
     }
 
     pub(super) fn status(&self) -> String {

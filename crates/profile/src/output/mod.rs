@@ -88,9 +88,14 @@ impl Format {
 /// Renders `profile` in `format`; `metric` is the counter collapsed stacks, the flame graph and the text
 /// report show (JSON, JFR and pprof carry every counter).
 pub fn render(profile: &Profile, format: Format, metric: Metric) -> Vec<u8> {
+    render_with(profile, format, metric, html::FrameNames::Short)
+}
+
+/// [`render`], with the flame graph's frames named as `names` says.
+pub fn render_with(profile: &Profile, format: Format, metric: Metric, names: html::FrameNames) -> Vec<u8> {
     match format {
         Format::Collapsed => collapsed::render(profile, metric),
-        Format::Html => html::render(profile, metric),
+        Format::Html => html::render_with(profile, metric, names),
         Format::Json => json::render(profile),
         Format::Jfr => jfr::render(profile),
         Format::Pprof => pprof::render(profile),
@@ -118,6 +123,17 @@ pub fn read_profile(path: &Path) -> Result<Profile, String> {
 /// Writes `profile` in `format` to `path` atomically, as [`render`] would make it; collapsed stacks and
 /// JSON go to the file as they are made (see [`collapsed::Lines`], [`json::write_to`]).
 pub fn write_profile(path: &Path, profile: &Profile, format: Format, metric: Metric) -> std::io::Result<PathBuf> {
+    write_profile_with(path, profile, format, metric, html::FrameNames::Short)
+}
+
+/// [`write_profile`], with the flame graph's frames named as `names` says.
+pub fn write_profile_with(
+    path: &Path,
+    profile: &Profile,
+    format: Format,
+    metric: Metric,
+    names: html::FrameNames,
+) -> std::io::Result<PathBuf> {
     match format {
         Format::Collapsed => {
             let lines = collapsed::Lines::new(profile, metric);
@@ -136,7 +152,7 @@ pub fn write_profile(path: &Path, profile: &Profile, format: Format, metric: Met
             write_atomic_with(path, |out| lines.write(out))
         }
         Format::Json => write_atomic_with(path, |out| json::write_to(profile, out)),
-        _ => write_atomic(path, &render(profile, format, metric)),
+        _ => write_atomic(path, &render_with(profile, format, metric, names)),
     }
 }
 
