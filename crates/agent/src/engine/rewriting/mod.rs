@@ -374,14 +374,20 @@ impl RewritingEngine {
         Ok(())
     }
 
-    /// Gives every loaded class its identity hash now, in load order, on this thread. HotSpot computes an
-    /// object's identity hash from the thread that first asks for it; JIT compiler threads ask for some
-    /// class mirrors at times that vary from run to run, and JDK code keyed by classes (method types,
-    /// reflection caches) then takes different paths. Asking first, deterministically, keeps bytecode
-    /// counts reproducible.
+    /// Gives every loaded class its identity hash now, on this thread, in the order of their names.
+    /// HotSpot computes an object's identity hash from the thread that first asks for it; JIT compiler
+    /// threads ask for some class mirrors at times that vary from run to run, and JDK code keyed by classes
+    /// (method types, reflection caches, the record methods' tables) then takes different paths. Asking
+    /// first, deterministically, keeps bytecode counts reproducible. Not in the order the JVM lists them:
+    /// that is load order, and the JDK's own threads (reference handler, finalizer, signal dispatcher)
+    /// load some classes at start while the main thread loads others, in an order that varies.
     fn fix_class_hashes(&self, jni: Jni) {
         if let Ok(classes) = self.jvmti.loaded_classes() {
-            for &k in classes.as_slice() {
+            let mut named: Vec<(String, jclass)> =
+                classes.as_slice().iter().map(|&k| (self.jvmti.class_signature(k).unwrap_or_default(), k)).collect();
+            // Stable: classes of one name (several loaders) keep their relative order.
+            named.sort_by(|a, b| a.0.cmp(&b.0));
+            for (_, k) in named {
                 let _ = self.jvmti.object_hash(k);
                 jni.delete_local_ref(k);
             }
