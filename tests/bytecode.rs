@@ -714,3 +714,44 @@ fn samples_split_between_caller_callee_and_leaf_as_their_bytecodes() {
         assert_eq!(nested as f64, total + leaf_is("main"), "{}: samples outside main;caller;mid;leaf", jdk.label());
     });
 }
+
+/// Same program, same input, same profile, through first-time linkage of lambdas, method references,
+/// string switches, records, string concatenation, a ClassValue and a ThreadLocal. Not in the default run
+/// yet: on JDK 17 about one run in ten still differs in one sample under a record's `toString`
+/// (docs/bytecode.md, "Determinism through first-time linkage"); run it with `--ignored`.
+#[test]
+#[ignore = "one run in ten still differs on JDK 17 (records' toString): open"]
+fn first_time_linkage_gives_the_same_profile_in_ten_runs() {
+    // Method references and lambdas linked inside the profiled methods, records' toString/equals/hashCode,
+    // string concatenation through StringConcatFactory, a string switch, a ClassValue and a ThreadLocal with
+    // an initial value: the JDK links and initializes them on first use through java.lang.invoke, whose
+    // caches follow identity hashes and other threads; the profile must not.
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-linkage-{}", jdk.label()));
+        let mut first: Option<(Vec<u8>, String)> = None;
+        for i in 0..10 {
+            let (run, file) = profile(jdk, &dir, &format!("r{i}"), "gran=10000", &[], "kprof.harness.Linkage", &[]);
+            let line = program_line(program_output(&run), "linkage:");
+            assert_eq!(line["rounds"], "3", "{}: {}", jdk.label(), run.stdout);
+            let text = std::fs::read(&file).unwrap();
+            assert!(read_collapsed(&file).iter().map(|(_, n)| n).sum::<u64>() > 5000, "{}: few samples", jdk.label());
+            match &first {
+                None => first = Some((text, program_output(&run).to_string())),
+                Some((text0, out0)) => {
+                    assert_eq!(out0, program_output(&run), "{}: the program's output differs", jdk.label());
+                    if *text0 != text {
+                        let a = String::from_utf8_lossy(text0);
+                        let b = String::from_utf8_lossy(&text);
+                        let only_a: Vec<_> = a.lines().filter(|l| !b.contains(l)).take(5).collect();
+                        panic!(
+                            "{}: run {i} gives another profile than run 0 ({}); lines only in run 0:\n{}",
+                            jdk.label(),
+                            file.display(),
+                            only_a.join("\n")
+                        );
+                    }
+                }
+            }
+        }
+    });
+}

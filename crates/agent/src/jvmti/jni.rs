@@ -82,6 +82,22 @@ impl Jni {
         jni!(self, GetObjectField, obj, field)
     }
 
+    /// The id of static field `name` of type `sig`, if it exists.
+    pub fn static_field_id(self, class: jclass, name: &str, sig: &str) -> Option<jfieldID> {
+        let (n, s) = (CString::new(name).ok()?, CString::new(sig).ok()?);
+        let id = jni!(self, GetStaticFieldID, class, n.as_ptr(), s.as_ptr());
+        if id.is_null() {
+            self.clear_exception();
+            return None;
+        }
+        Some(id)
+    }
+
+    /// A static reference field's value (a new local reference, or null).
+    pub fn static_object_field(self, class: jclass, field: jfieldID) -> jobject {
+        jni!(self, GetStaticObjectField, class, field)
+    }
+
     /// The id of static method `name` with descriptor `sig`.
     pub fn static_method_id(self, class: jclass, name: &str, sig: &str) -> Option<jmethodID> {
         let (n, s) = (CString::new(name).ok()?, CString::new(sig).ok()?);

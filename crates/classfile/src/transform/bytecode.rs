@@ -11,8 +11,9 @@
 
 use std::sync::Arc;
 
-use super::flow::{bracket_calls, Flow};
+use super::flow::{bracket_calls, bracket_calls_where, Flow};
 use super::methods::MethodTable;
+use super::policy;
 use super::{MethodInput, MethodTransform};
 use crate::blocks::DEFAULT_MAX_PATH;
 use crate::code::Instructions;
@@ -63,6 +64,7 @@ struct Refs {
     handler: u16,
     mute: u16,
     unmute: u16,
+    throwable: u16,
 }
 
 pub struct BytecodeTransform {
@@ -72,6 +74,9 @@ pub struct BytecodeTransform {
     /// left as they are, so bytecode-mode profiles look the same either way.
     wrappers: Vec<(Vec<u8>, Vec<u8>)>,
     refs: Option<Refs>,
+    /// The class being rewritten extends a class outside java.lang.invoke (other than Object): calls of
+    /// its own methods may run inherited code there ([`policy::invoke_mutes_call`]).
+    extends_outside: bool,
     flow: Flow,
     snippet: Snippet,
 }
@@ -83,6 +88,7 @@ impl BytecodeTransform {
             methods,
             wrappers: Vec::new(),
             refs: None,
+            extends_outside: false,
             flow: Flow::default(),
             snippet: Snippet::new(),
         }
@@ -109,6 +115,7 @@ impl BytecodeTransform {
             leaf1: 0,
             mute: 0,
             unmute: 0,
+            throwable: 0,
         };
         let plain = |cp: &mut ConstantPool<'_>, name: &str, desc: &str| cp.add_methodref(class, name, desc);
         let r = Refs {
@@ -117,6 +124,7 @@ impl BytecodeTransform {
             leaf1: if fields { r.leaf_exit } else { plain(cp, "leafExit1", "(II)V").map_err(full)? },
             mute: plain(cp, "mute", "()V").map_err(full)?,
             unmute: plain(cp, "unmute", "()V").map_err(full)?,
+            throwable: cp.add_class("java/lang/Throwable").map_err(full)?,
             ..r
         };
         self.refs = Some(r);
@@ -139,8 +147,26 @@ impl MethodTransform for BytecodeTransform {
         bracket_calls(m.code.code, editor, cp, &mut self.snippet, (refs.mute, refs.unmute))
     }
 
-    fn begin_class(&mut self, _: &crate::ClassFile<'_>) {
+    /// Brackets the calls the method makes out of java.lang.invoke ([`policy::invoke_mutes_call`]).
+    fn edit_invoke(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        let refs = self.refs(cp)?;
+        let class = m.class_name;
+        let inherits = self.extends_outside;
+        bracket_calls_where(m.code.code, editor, cp, &mut self.snippet, (refs.mute, refs.unmute), |owner| {
+            owner.is_some_and(|owner| policy::invoke_mutes_call(class, owner) || (inherits && owner == class))
+        })
+    }
+
+    fn begin_class(&mut self, class: &crate::ClassFile<'_>) {
         self.refs = None;
+        let cp = &class.constant_pool;
+        let super_name = if class.super_class == 0 { Ok(&b""[..]) } else { cp.class_name(class.super_class) };
+        self.extends_outside = super_name.is_ok_and(policy::invoke_super_outside);
     }
 
     fn edit_method(
@@ -170,6 +196,14 @@ impl MethodTransform for BytecodeTransform {
                 }
             }
             return Ok(());
+        }
+        // The JVM's entry into class loading counts nothing (see the policy): it runs muted, from a mute
+        // first in its prologue to an unmute at each return and in a handler that rethrows what escapes.
+        let muted = !leaf && policy::is_class_loading_entry(m.class_name, m.name, m.descriptor);
+        if muted {
+            s.clear();
+            s.invokestatic(cp, refs.mute);
+            editor.insert_prologue(s)?;
         }
         // Without Thread fields the state is a local, the first argument of every helper.
         let state = if self.config.thread_fields {
@@ -239,6 +273,8 @@ impl MethodTransform for BytecodeTransform {
                     if insn.opcode == ATHROW {
                         // The method itself may catch what it throws: what was committed must not count twice.
                         s.op(ICONST_0).istore(count);
+                    } else if muted {
+                        s.invokestatic(cp, refs.unmute);
                     }
                 } else if is_invoke(insn.opcode) && self.config.callsites {
                     let site = self.methods.site(id as u32, insn.offset) | SITE_BIT;
@@ -249,6 +285,12 @@ impl MethodTransform for BytecodeTransform {
                     editor.insert_before(insn.offset, s)?;
                 }
             }
+        }
+        if muted {
+            // A throw leaves through a handler that unmutes once (the method's own handlers catch first).
+            s.clear();
+            s.invokestatic(cp, refs.unmute);
+            editor.set_catch_all(s, refs.throwable)?;
         }
         Ok(())
     }

@@ -188,21 +188,44 @@ pub fn bracket_calls(
     editor: &mut CodeEditor,
     cp: &mut ConstantPool<'_>,
     s: &mut Snippet,
+    helpers: (u16, u16),
+) -> Result<(), EditError> {
+    bracket_calls_where(code, editor, cp, s, helpers, |_| true)
+}
+
+/// [`bracket_calls`] for the calls `which` accepts: it is given the class of the called method (internal
+/// name; `None` for invokedynamic).
+pub fn bracket_calls_where(
+    code: &[u8],
+    editor: &mut CodeEditor,
+    cp: &mut ConstantPool<'_>,
+    s: &mut Snippet,
     (mute, unmute): (u16, u16),
+    which: impl Fn(Option<&[u8]>) -> bool,
 ) -> Result<(), EditError> {
     let insns: Vec<_> = Instructions::new(code).collect::<Result<_, _>>()?;
-    for (k, insn) in insns.iter().enumerate() {
+    for insn in &insns {
         if !is_invoke(insn.opcode) {
+            continue;
+        }
+        let owner = if insn.opcode == INVOKEDYNAMIC {
+            None
+        } else {
+            let at = insn.offset as usize;
+            let Some(&[hi, lo]) = code.get(at + 1..at + 3) else { continue };
+            cp.member_ref(u16::from_be_bytes([hi, lo])).ok().map(|(class, _, _)| class)
+        };
+        if !which(owner) {
             continue;
         }
         s.clear();
         s.invokestatic(cp, mute);
         editor.insert_before(insn.offset, s)?;
-        if let Some(next) = insns.get(k + 1) {
-            s.clear();
-            s.invokestatic(cp, unmute);
-            editor.insert_before(next.offset, s)?;
-        }
+        // After the call itself, not before the next instruction: a branch to that instruction must not
+        // close a bracket it never opened (brackets nest, and an unpaired unmute would end an outer one).
+        s.clear();
+        s.invokestatic(cp, unmute);
+        editor.insert_after(insn.offset, s)?;
     }
     Ok(())
 }

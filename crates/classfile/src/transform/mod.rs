@@ -14,6 +14,7 @@ pub mod natives;
 pub mod park;
 pub mod policy;
 pub mod probe;
+pub mod seed;
 
 use std::collections::BTreeMap;
 
@@ -100,6 +101,17 @@ pub trait MethodTransform {
     ) -> Result<(), EditError> {
         Ok(())
     }
+
+    /// A method of java.lang.invoke, left alone: a counting mode may mute the calls it makes out of
+    /// java.lang.invoke ([`policy::invoke_mutes_call`]). Default: no edit.
+    fn edit_invoke(
+        &mut self,
+        _m: &MethodInput<'_, '_>,
+        _editor: &mut CodeEditor,
+        _cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        Ok(())
+    }
 }
 
 /// The transform of [`Mode::None`].
@@ -151,6 +163,8 @@ pub struct RewriteStats {
     pub methods_rewritten: u64,
     /// Intrinsic candidates (left alone, so also in `left_alone`) whose calls a mode bracketed.
     pub intrinsics_bracketed: u64,
+    /// Methods of java.lang.invoke (left alone, so also in `left_alone`) whose calls a mode muted.
+    pub invoke_muted: u64,
     pub left_alone: BTreeMap<SkipReason, u64>,
 }
 
@@ -172,6 +186,7 @@ impl RewriteStats {
         self.methods_without_code += o.methods_without_code;
         self.methods_rewritten += o.methods_rewritten;
         self.intrinsics_bracketed += o.intrinsics_bracketed;
+        self.invoke_muted += o.invoke_muted;
         for (k, v) in &o.left_alone {
             *self.left_alone.entry(*k).or_default() += v;
         }
@@ -241,7 +256,7 @@ impl Rewriter {
             let policy = class_reason.or_else(|| self.policy.method_reason(&class, class_name, m));
             if let Some(r) = policy {
                 *stats.left_alone.entry(SkipReason::Policy(r)).or_default() += 1;
-                if r != PolicyReason::IntrinsicCandidate {
+                if r != PolicyReason::IntrinsicCandidate && r != PolicyReason::JavaLangInvoke {
                     continue;
                 }
             }
@@ -257,11 +272,12 @@ impl Rewriter {
             self.editor.set_budget(self.limits.budget);
             let input = MethodInput { class_name, index: i, name, descriptor, access_flags, code: &code };
             let cp = &mut class.constant_pool;
-            let r = if policy.is_some() {
-                // Left alone, but a mode may still bracket the calls an intrinsic candidate makes.
-                self.transform.edit_intrinsic(&input, &mut self.editor, cp)
-            } else {
-                self.transform.edit_method(&input, &mut self.editor, cp)
+            let r = match policy {
+                // Left alone, but a mode may still bracket the calls an intrinsic candidate or java.lang.invoke
+                // makes.
+                Some(PolicyReason::IntrinsicCandidate) => self.transform.edit_intrinsic(&input, &mut self.editor, cp),
+                Some(_) => self.transform.edit_invoke(&input, &mut self.editor, cp),
+                None => self.transform.edit_method(&input, &mut self.editor, cp),
             };
             let start = self.buf.len();
             let r = r.and_then(|_| self.editor.finish(&code, &ctx, cp, &self.limits, false, &mut self.buf));
@@ -270,8 +286,12 @@ impl Rewriter {
                     stats.methods_rewritten += 1;
                     self.edits.push(MethodEdit { method: i, range: start..self.buf.len() });
                 }
-                (Ok(true), Some(_)) => {
-                    stats.intrinsics_bracketed += 1;
+                (Ok(true), Some(r)) => {
+                    if r == PolicyReason::IntrinsicCandidate {
+                        stats.intrinsics_bracketed += 1;
+                    } else {
+                        stats.invoke_muted += 1;
+                    }
                     self.edits.push(MethodEdit { method: i, range: start..self.buf.len() });
                 }
                 (Ok(false), _) | (Err(_), Some(_)) => {}

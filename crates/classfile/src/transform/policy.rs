@@ -137,6 +137,44 @@ impl SkipPolicy {
     }
 }
 
+/// Whether method `name` `descriptor` of `class_name` is the JVM's entry into class loading,
+/// `ClassLoader.loadClass(String)`. The JVM calls it to resolve a class and for each class its verifier or
+/// reflection must load, in an order that follows the order of a class's methods; HotSpot sorts those by
+/// the addresses of their names, which vary from run to run. The counting modes mute what it runs.
+pub fn is_class_loading_entry(class_name: &[u8], name: &[u8], descriptor: &[u8]) -> bool {
+    class_name == b"java/lang/ClassLoader"
+        && name == b"loadClass"
+        && descriptor == b"(Ljava/lang/String;)Ljava/lang/Class;"
+}
+
+/// Whether a left-alone method of java.lang.invoke's `class_name` mutes its calls of methods of `owner`
+/// (internal names). java.lang.invoke builds method types, lambda forms, species and their classes on
+/// first use and caches them in tables keyed by identity hash codes, shared with other threads and held by
+/// weak and soft references: what it runs in rewritten JDK code follows those tables, not the program. So
+/// its calls out of java.lang.invoke are muted. Not its calls within java.lang.invoke (the callee mutes its
+/// own), nor of Unsafe (never rewritten), nor anything in the VarHandle implementation, whose accesses run
+/// in the program's hot paths and call only cheap checks whose counts do not depend on those tables. (A
+/// class that extends one outside java.lang.invoke also mutes calls of its own methods, which may be
+/// inherited: the rewriter knows.)
+pub fn invoke_mutes_call(class_name: &[u8], owner: &[u8]) -> bool {
+    let var_handles = [&b"java/lang/invoke/VarHandle"[..], b"java/lang/invoke/VarForm"];
+    !var_handles.iter().any(|p| class_name.starts_with(p))
+        && !owner.starts_with(b"java/lang/invoke/")
+        && owner != b"jdk/internal/misc/Unsafe"
+        && owner != b"sun/misc/Unsafe"
+}
+
+/// Whether a java.lang.invoke class whose superclass is `super_name` inherits methods from outside
+/// java.lang.invoke (other than Object's): calls of its own methods may run that inherited code, so they
+/// are muted too. `TypeConvertingMethodAdapter` is the one class of java.lang.invoke that extends a class
+/// outside it (the class-file writer's method visitor) and is extended in turn.
+pub fn invoke_super_outside(super_name: &[u8]) -> bool {
+    !super_name.is_empty()
+        && super_name != b"java/lang/Object"
+        && (!super_name.starts_with(b"java/lang/invoke/")
+            || super_name == b"java/lang/invoke/TypeConvertingMethodAdapter")
+}
+
 /// True for methods that have no code to rewrite.
 pub fn has_no_code(m: &Member) -> bool {
     m.access_flags & (ACC_ABSTRACT | ACC_NATIVE) != 0

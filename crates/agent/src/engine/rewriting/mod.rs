@@ -373,17 +373,34 @@ impl RewritingEngine {
         Ok(())
     }
 
-    /// Gives every loaded class its identity hash now, in load order, on this thread. HotSpot computes an
-    /// object's identity hash from the thread that first asks for it; JIT compiler threads ask for some
-    /// class mirrors at times that vary from run to run, and JDK code keyed by classes (method types,
-    /// reflection caches) then takes different paths. Asking first, deterministically, keeps bytecode
-    /// counts reproducible.
+    /// Gives every loaded class its identity hash now, on this thread, in the order of their names.
+    /// HotSpot computes an object's identity hash from the thread that first asks for it; JIT compiler
+    /// threads ask for some class mirrors at times that vary from run to run, and JDK code keyed by classes
+    /// (method types, reflection caches, the record methods' tables) then takes different paths. Asking
+    /// first, deterministically, keeps bytecode counts reproducible. Not in the order the JVM lists them:
+    /// that is load order, and the JDK's own threads (reference handler, finalizer, signal dispatcher)
+    /// load some classes at start while the main thread loads others, in an order that varies. The JVM
+    /// does not list the primitive types' classes (`int.class`, keys of JDK tables too): they come first.
     fn fix_class_hashes(&self, jni: Jni) {
-        if let Ok(classes) = self.jvmti.loaded_classes() {
-            for &k in classes.as_slice() {
-                let _ = self.jvmti.object_hash(k);
-                jni.delete_local_ref(k);
+        let mut named: Vec<(String, jclass)> = Vec::new();
+        for (wrapper, sig) in PRIMITIVES {
+            let Some(class) = jni.find_class(wrapper) else { continue };
+            if let Some(field) = jni.static_field_id(class, "TYPE", "Ljava/lang/Class;") {
+                let primitive = jni.static_object_field(class, field);
+                if !primitive.is_null() {
+                    named.push((sig.to_string(), primitive));
+                }
             }
+            jni.delete_local_ref(class);
+        }
+        if let Ok(classes) = self.jvmti.loaded_classes() {
+            named.extend(classes.as_slice().iter().map(|&k| (self.jvmti.class_signature(k).unwrap_or_default(), k)));
+        }
+        // Stable: classes of one name (several loaders) keep their relative order.
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, k) in named {
+            let _ = self.jvmti.object_hash(k);
+            jni.delete_local_ref(k);
         }
     }
 
@@ -619,6 +636,19 @@ pub(crate) fn runtime_module(jni: Jni, jvmti: Jvmti) -> Result<jobject, String> 
     exported.map_err(|e| format!("AddModuleExports(java.base, jdk.internal.misc): {e}"))?;
     Ok(*MODULE.get_or_init(|| module as usize) as jobject)
 }
+
+/// The wrapper classes whose `TYPE` is a primitive type's class, with that type's signature.
+const PRIMITIVES: [(&str, &str); 9] = [
+    ("java/lang/Boolean", "Z"),
+    ("java/lang/Byte", "B"),
+    ("java/lang/Character", "C"),
+    ("java/lang/Short", "S"),
+    ("java/lang/Integer", "I"),
+    ("java/lang/Long", "J"),
+    ("java/lang/Float", "F"),
+    ("java/lang/Double", "D"),
+    ("java/lang/Void", "V"),
+];
 
 /// Writes the embedded runtime jar to `/tmp/.kprof-<uid>/kprof-runtime-<hash>.jar` (a private
 /// directory) unless it is already there, and returns its path.
