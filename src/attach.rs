@@ -9,6 +9,7 @@
 pub mod control;
 pub mod creds;
 pub mod hotspot;
+pub mod inside;
 pub mod library;
 pub mod perfdata;
 pub mod sys;
@@ -196,14 +197,15 @@ pub(crate) fn check_attachable(target: &Target, pidfd: &OwnedFd) -> Result<Resul
     }
     if let Err(e) = &signal_safe {
         // Without a listener already up there is nothing to talk to: refuse before touching the target.
-        if !hotspot::socket_path(target).exists() {
+        if !hotspot::listener_present(target) {
             return Err(fail(e.clone()));
         }
     }
     Ok(signal_safe)
 }
 
-/// Validates agent options here, so that a typo never reaches the target.
+/// Validates agent options here, so that a typo never reaches the target, nor options longer than
+/// HotSpot takes in one attach argument.
 fn validate_options(text: &str) -> Result<(), Failure> {
     // The agent's messages start with "kprof: " already.
     let parsed =
@@ -211,6 +213,9 @@ fn validate_options(text: &str) -> Result<(), Failure> {
     if parsed.help {
         println!("{}", kprof_protocol::options::help_text());
         return Err(Failure { message: String::new(), status: 0 });
+    }
+    if text.len() > hotspot::ARG_MAX {
+        return Err(usage_error(format!("OPTIONS {}", hotspot::too_long(text))));
     }
     Ok(())
 }

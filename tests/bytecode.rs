@@ -755,3 +755,32 @@ fn first_time_linkage_gives_the_same_profile_in_ten_runs() {
         }
     });
 }
+
+/// An attached bytecode session (states found through the runtime's thread table, not Thread fields) in a
+/// program whose threads start and end all the time: a thread ending (which releases its state) and one
+/// starting to count (which makes its state) take the runtime's two locks; they must never wait on each
+/// other. The program must run to its end.
+#[test]
+fn threads_starting_and_ending_in_an_attached_session_never_deadlock() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bytecode-churn-attach-{}", jdk.label()));
+        let mut cmd = Command::new(jdk.java());
+        cmd.arg("-cp").arg(harness_classes()).args(["kprof.harness.ThreadChurn", "12000"]);
+        let program = Background::spawn(cmd);
+        let pid = program.child.id().to_string();
+        let opts = format!("mode=bytecode,file={}", dir.join("churn.collapsed").display());
+        let mut attached = false;
+        for _ in 0..100 {
+            let run = kprof_at(&kprof_bin(), None, &["attach", &pid, &opts]);
+            if run.status.success() {
+                attached = true;
+                break;
+            }
+            assert!(run.stderr.contains("still starting"), "{}: {}", jdk.label(), run.stderr);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(attached, "{}: never attached", jdk.label());
+        let line = program.wait_line("'threadchurn:'", Duration::from_secs(600), |l| l.starts_with("threadchurn:"));
+        assert!(line.contains("threads=12000"), "{}: {line}", jdk.label());
+    });
+}

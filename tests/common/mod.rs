@@ -197,6 +197,54 @@ pub fn wait_within(mut child: Child, what: &str, limit: Duration, diagnose: impl
     Run { status, stdout: out_t.join().unwrap(), stderr: err_t.join().unwrap() }
 }
 
+/// Runs `cmd` to its end (killed after `limit`) and returns what it printed and its peak resident set, in
+/// KiB, as the kernel accounted it for that process alone (`wait4`, which also reaps it).
+#[allow(clippy::zombie_processes)]
+pub fn run_with_peak_rss(mut cmd: Command, limit: Duration) -> (Run, u64) {
+    use std::io::Read;
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let pid = child.id() as libc::pid_t;
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = std::time::Instant::now();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `pid` is our own child, not yet reaped (std never waits for it here); the pointers are
+        // to live locals.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break;
+        }
+        assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("timed out after {limit:?}: {cmd:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let run = Run {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: out_t.join().unwrap(),
+        stderr: err_t.join().unwrap(),
+    };
+    (run, usage.ru_maxrss as u64)
+}
+
 pub fn output_of(o: Output) -> Run {
     Run {
         status: o.status,

@@ -232,7 +232,6 @@ impl MethodTransform for BytecodeTransform {
         }
         s.push_int(cp, -first).istore(count);
         editor.insert_prologue(s)?;
-        let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
         let mut insns = Instructions::new(m.code.code).peekable();
         for (i, b) in self.flow.blocks.iter().enumerate() {
             let info = self.flow.info[i];
@@ -242,7 +241,7 @@ impl MethodTransform for BytecodeTransform {
             let over = max_path != 0 && info.entering.saturating_add(b.insns) > max_path;
             let start_check = info.calls || info.loop_header || (info.check && (!info.terminates || over));
             s.clear();
-            if !leaf && handlers.contains(&b.start) {
+            if !leaf && info.handler {
                 with_state(s);
                 s.iload(depth).invokestatic(cp, refs.handler);
             }

@@ -303,7 +303,6 @@ impl ExactTransform {
         }
         editor.insert_prologue(s)?;
         let bytes = m.code.code;
-        let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
         let local = !bb && self.flow.blocks.iter().enumerate().any(|(i, _)| !(i == 0 && fold_first));
         let pending = if local { editor.add_local(VType::Integer).map_err(EditError::Refused)? } else { 0 };
         let catch_all = catch_all && local;
@@ -326,7 +325,7 @@ impl ExactTransform {
         let mut insns = Instructions::new(bytes).peekable();
         for (i, b) in self.flow.blocks.iter().enumerate() {
             let info = self.flow.info[i];
-            if !leaf && handlers.contains(&b.start) {
+            if !leaf && info.handler {
                 s.clear();
                 s.aload(state).lload(node).invokestatic(cp, refs.handler);
                 editor.insert_before(info.at, s)?;

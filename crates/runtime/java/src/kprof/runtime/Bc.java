@@ -365,8 +365,10 @@ public final class Bc {
             if (t.on) {
                 endedResidual += (long) t.period - counter(t);
             }
-            Bt.forget(t);
         }
+        // Outside LOCK: Bt's lookup holds its own lock when it calls create, which takes LOCK, so taking
+        // Bt's lock under LOCK here deadlocked a thread ending against one starting to count.
+        Bt.forget(t);
         // This thread is the block's only writer: after this it writes nothing there, and the agent drains it.
         t.on = false;
         t.cap = 0;
