@@ -263,6 +263,55 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
     }
 }
 
+/// A successful reply: the `key=value` pairs of its `ok` line, in order, and any lines before it.
+#[derive(Clone, Default, PartialEq, Eq, Debug)]
+pub struct Reply {
+    pub fields: Vec<(String, String)>,
+    pub notes: Vec<String>,
+}
+
+impl Reply {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.fields.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The `files=` list (comma-separated paths inside the target's namespace).
+    pub fn files(&self) -> Vec<String> {
+        self.get("files")
+            .map(|f| f.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Parses a reply. Err: the agent's `error` message, or a description of a malformed reply.
+pub fn parse_reply(text: &str) -> Result<Reply, String> {
+    let mut lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let last = lines.pop().ok_or("the agent closed the connection without replying")?;
+    let notes = lines.iter().map(|l| l.to_string()).collect();
+    if let Some(msg) = last.strip_prefix("error") {
+        return Err(msg.trim().to_string());
+    }
+    let rest = last.strip_prefix("ok").ok_or_else(|| format!("unexpected reply from the agent: {last:?}"))?;
+    if !rest.is_empty() && !rest.starts_with(' ') {
+        return Err(format!("unexpected reply from the agent: {last:?}"));
+    }
+    let mut fields: Vec<(String, String)> = Vec::new();
+    for token in rest.split(' ').filter(|t| !t.is_empty()) {
+        match token.split_once('=') {
+            Some((k, v)) => fields.push((k.to_string(), v.to_string())),
+            // A value with a space in it (a file name): the word belongs to the previous value.
+            None => match fields.last_mut() {
+                Some((_, v)) => {
+                    v.push(' ');
+                    v.push_str(token);
+                }
+                None => return Err(format!("unexpected reply from the agent: {last:?}")),
+            },
+        }
+    }
+    Ok(Reply { fields, notes })
+}
+
 /// Writes the reply (`Ok(text)`: its lines then `ok ...` from the last line; `Err`: `error MESSAGE`).
 pub fn reply(mut stream: &UnixStream, result: Result<String, String>) {
     let text = match result {
@@ -277,6 +326,25 @@ pub fn reply(mut stream: &UnixStream, result: Result<String, String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replies_parse_into_fields_and_errors() {
+        let r = parse_reply(
+            "ok state=running mode=asgct timer=perf interval=1ms samples=12 files=/tmp/a.html,/tmp/b.json\n",
+        )
+        .unwrap();
+        assert_eq!(r.get("state"), Some("running"));
+        assert_eq!(r.get("samples"), Some("12"));
+        assert_eq!(r.files(), vec!["/tmp/a.html", "/tmp/b.json"]);
+        assert_eq!(parse_reply("ok\n").unwrap(), Reply::default());
+        let noted = parse_reply("kprof: wrote 2 files\nok files=/x/my profile.html state=stopped").unwrap();
+        assert_eq!(noted.notes, vec!["kprof: wrote 2 files"]);
+        assert_eq!(noted.files(), vec!["/x/my profile.html"]);
+        assert_eq!(parse_reply("error interval: '0ms' is below 10us\n").unwrap_err(), "interval: '0ms' is below 10us");
+        assert!(parse_reply("").is_err());
+        assert!(parse_reply("okay").is_err());
+        assert!(parse_reply("hello").is_err());
+    }
 
     #[test]
     fn requests_parse() {
