@@ -4,9 +4,9 @@
 //! refuses to start (or, on attach, refuses the command) rather than profile something the user did not
 //! ask for.
 
+pub use crate::engines::EngineKind;
 use kprof_profile::output::Format;
 use kprof_profile::Metric;
-pub use crate::engines::EngineKind;
 pub use kprof_timers::TimerKind;
 use std::fmt;
 
