@@ -332,7 +332,10 @@ fn go_pprof_and_speedscope_read_real_profiles_as_kprof_report_does() {
         for m in [Metric::BytecodeSamples, Metric::Bytecodes, Metric::Samples, Metric::Cpu] {
             assert!(metrics.contains(&m), "{}: {metrics:?}", multi.what);
         }
-        for run in [&cpu, &multi] {
+        // Wall-clock samples (with their state labels) and exact call counts through the same readers.
+        let wall = profile_split3(jdk, &dir, "wall", "mode=wall,interval=5ms", "1");
+        let exact = profile_split3(jdk, &dir, "exact", "mode=exact", "0.5");
+        for run in [&cpu, &multi, &wall, &exact] {
             check_with_go_pprof(run);
             check_with_speedscope(run, &dir);
         }
