@@ -405,6 +405,7 @@ fn a_real_workload_profiled_for_cpu_allocation_and_locks_at_once_is_unharmed_and
             [Metric::Samples, Metric::Cpu, Metric::AllocCount, Metric::AllocBytes, Metric::LockCount, Metric::LockNs];
         assert_eq!(metrics, all, "{}", files.what);
         check_with_go_pprof(&files);
+        check_with_speedscope(&files, &dir);
         let dom = dump_dom(&format!("file://{}", html.display()), &dir.join("chromium-profile"));
         for m in all {
             assert!(
