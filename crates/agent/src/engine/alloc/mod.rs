@@ -25,8 +25,9 @@ pub mod estimate;
 pub mod live;
 
 use crate::cct::{Metric, NodeId, ROOT};
+use crate::engine::stack::jvmti_path::record_path;
 use crate::engine::{Engine, Host, Phase, OWN_THREAD_PREFIX};
-use crate::frame::{self, FrameId, Pseudo};
+use crate::frame::{self, FrameId};
 use crate::guard::guard;
 use crate::jvmti::bindings::*;
 use crate::jvmti::{Jni, Jvmti, JvmtiResult};
@@ -230,7 +231,7 @@ impl AllocEngine {
         let Ok(n) = self.stack(&mut state.frames, depth + 1) else { return false };
         let truncated = n > depth;
         let ThreadState { frames, path, path_base, root, rng, .. } = state;
-        let node = self.record_path(path, path_base, *root, &frames[..n.min(depth)], truncated, label);
+        let node = record_path(self.host.cct(), path, path_base, *root, &frames[..n.min(depth)], truncated, label);
         let interval = self.interval.load(Ordering::Relaxed);
         let (objects, bytes) = weights(size, interval);
         let cct = self.host.cct();
@@ -266,61 +267,6 @@ impl AllocEngine {
             }
             buf.resize((len * 4).min(want), jvmtiFrameInfo::default());
         }
-    }
-
-    /// Adds a stack (innermost frame first, as GetStackTrace gives it) below `root`, then the class label;
-    /// returns the label's node (the overflow node when the tree is full).
-    fn record_path(
-        &self,
-        path: &mut Vec<(u64, i32, NodeId)>,
-        path_base: &mut NodeId,
-        root: NodeId,
-        frames: &[jvmtiFrameInfo],
-        truncated: bool,
-        label: FrameId,
-    ) -> NodeId {
-        let cct = self.host.cct();
-        let overflow = cct.overflow();
-        let base =
-            if truncated { cct.child(root, FrameId::pseudo(Pseudo::Truncated), -1).unwrap_or(overflow) } else { root };
-        if base != *path_base {
-            path.clear();
-            *path_base = base;
-        }
-        let mut node = base;
-        let mut k = 0;
-        for i in (0..frames.len()).rev() {
-            if node == overflow {
-                break;
-            }
-            let f = frames[i];
-            let callsite = frames.get(i + 1).map_or(-1, |caller| bci(caller.location));
-            let id = if f.method.is_null() {
-                FrameId::pseudo(Pseudo::UnknownJava)
-            } else if f.location < 0 {
-                // JVMTI gives native methods location -1.
-                FrameId::jnative(f.method as u64)
-            } else {
-                FrameId::jmethod(f.method as u64)
-            };
-            match path.get(k) {
-                Some(&(frame, at, cached)) if frame == id.0 && at == callsite => node = cached,
-                _ => {
-                    path.truncate(k);
-                    node = cct.child(node, id, callsite).unwrap_or(overflow);
-                    if node != overflow {
-                        path.push((id.0, callsite, node));
-                    }
-                }
-            }
-            k += 1;
-        }
-        path.truncate(k);
-        if node == overflow {
-            return overflow;
-        }
-        let at = frames.first().map_or(-1, |f| bci(f.location));
-        cct.child(node, label, at).unwrap_or(overflow)
     }
 
     /// The label of the allocated class (`[alloc java.lang.String]`), made once per class.
@@ -379,11 +325,6 @@ impl AllocEngine {
         self.stats.live_objects.store(objects.round() as u64, Ordering::Relaxed);
         self.stats.live_bytes.store(bytes.round() as u64, Ordering::Relaxed);
     }
-}
-
-/// A jlocation as a callsite: HotSpot's locations are bcis; -1 for none.
-fn bci(location: jlocation) -> i32 {
-    location.clamp(-1, i32::MAX as jlocation) as i32
 }
 
 impl Engine for AllocEngine {

@@ -5,6 +5,7 @@
 //! Everything here that a handler calls allocates nothing, takes no lock and calls nothing but
 //! AsyncGetCallTrace and async-signal-safe system calls.
 
+pub mod jvmti_path;
 pub mod live;
 pub mod threads;
 
