@@ -232,6 +232,13 @@ fn attach_into_a_container_dump_stop_and_the_service_keeps_its_speed() {
         let (during, during_wall, n_during) = rate_between(&service, attached, stop_at);
         let status = fields(&kprof_at(&kprof, None, &["status", &pid.to_string()]));
         assert_eq!(status["state"], "stopped", "{status:?}");
+        // After stop, a dump writes the stopped session's profile again; a file it cannot write is a
+        // one-line error that names it.
+        let again = fields(&kprof_at(&kprof, None, &["dump", &pid.to_string(), "file=/tmp/svc-again.collapsed"]));
+        assert_eq!(files(&again), vec![PathBuf::from(format!("{root}svc-again.collapsed"))], "{again:?}");
+        assert!(samples(&check_profile(&files(&again)[0])) >= last);
+        let bad = kprof_at(&kprof, None, &["dump", &pid.to_string(), "file=/nonexistent/kprof/x.collapsed"]);
+        one_line_error(&bad, "cannot write /nonexistent/kprof/x.collapsed");
 
         // After stop: back to the speed it had before kprof came. Other processes on the machine can only
         // slow the service down, so a disturbed 3 s window is measured again, for up to 15 s: the test

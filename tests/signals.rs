@@ -187,6 +187,54 @@ fn kprof_attached_beside_a_running_jfr_cpu_time_recording_passes_it_its_sigprof(
     }
 }
 
+/// `jcmd PID ARGS...` of `jdk`, which must succeed.
+fn jcmd(jdk: &Jdk, pid: &str, args: &[&str]) -> String {
+    let out = Command::new(jdk.home.join("bin/jcmd")).arg(pid).args(args).output().expect("run jcmd");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "jcmd {args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// A `timer=itimer` session takes SIGPROF; once it stops, SIGPROF goes back to what it was (the default
+/// as `SIG_IGN`, which JFR accepts as well), so a JFR CPU-time recording started after it gets its samples.
+#[test]
+fn a_jfr_cpu_time_recording_started_after_an_itimer_session_gets_its_samples() {
+    assert_eq!(euid(), 0, "this test attaches: it needs root");
+    for jdk in jdks_with_cpu_time_sampling() {
+        let dir = scratch(&format!("jfr-after-itimer-{}", jdk.label()));
+        let jfc = write_jfc(&dir);
+        let recording = dir.join("after.jfr");
+        let file = dir.join("itimer.collapsed");
+        let mut cmd = Command::new(jdk.java());
+        cmd.arg("-cp").arg(harness_classes()).args(["kprof.harness.SignalThief", "count", "10"]);
+        let app = Background::spawn(cmd);
+        let pid = app.child.id().to_string();
+        app.wait_line("ready", Duration::from_secs(60), |l| l == "signalthief: ready");
+        let opts = format!("interval=10ms,timer=itimer,file={}", file.display());
+        let attach = reply(&kprof_at(&kprof_bin(), None, &["attach", &pid, &opts]));
+        assert_eq!(attach["timer"], "itimer", "{attach:?}");
+        std::thread::sleep(Duration::from_millis(1500));
+        reply(&kprof_at(&kprof_bin(), None, &["stop", &pid]));
+        let itimer = count_where(&read_collapsed(&file), |s| has_frame(s, "kprof.harness.SignalThief.work"));
+        assert!(itimer > 10, "{}: kprof took {itimer} itimer samples", jdk.label());
+
+        let settings = format!("settings={}", jfc.display());
+        let filename = format!("filename={}", recording.display());
+        jcmd(&jdk, &pid, &["JFR.start", "name=after", &settings, &filename]);
+        std::thread::sleep(Duration::from_millis(3000));
+        jcmd(&jdk, &pid, &["JFR.stop", "name=after"]);
+        let run = app.finish(Duration::from_secs(60));
+        run.assert_ok();
+        // JFR's unified logging says so when it finds a SIGPROF handler it did not install.
+        let said = format!("{}{}", run.stdout, run.stderr);
+        assert!(!said.contains("Conflicting SIGPROF handler"), "{}: {said}", jdk.label());
+        let samples = cpu_time_samples(&jdk, &recording).len();
+        eprintln!("{}: kprof {itimer} itimer samples, then JFR {samples} CPU-time samples", jdk.label());
+        // The working thread's CPU time in 3 s, sampled every 10 ms: some 300 on a quiet machine.
+        assert!(samples >= 30, "{}: JFR recorded {samples} CPU-time samples after the itimer session", jdk.label());
+    }
+}
+
 #[test]
 fn a_handler_installed_before_kprof_still_gets_the_signals_that_are_not_kprofs() {
     assert_eq!(euid(), 0, "this test attaches: it needs root");

@@ -67,10 +67,43 @@ pub fn install(sig: libc::c_int, handler: SignalHandler, block: &[libc::c_int]) 
     }
     // The previous disposition is published before our own handler is recorded as installed; a signal
     // that comes in between finds the previous one already (or, before, nothing to chain to).
+    saved_actions().retain(|(s, _)| *s != sig);
+    saved_actions().push((sig, old));
     PREVIOUS[i].siginfo.store(old.sa_flags & libc::SA_SIGINFO != 0, Ordering::Release);
     PREVIOUS[i].handler.store(old.sa_sigaction, Ordering::Release);
     OURS[i].store(handler as usize, Ordering::Release);
     Ok(())
+}
+
+/// The complete dispositions [`install`] replaced, for [`uninstall`] (never read in a handler).
+fn saved_actions() -> std::sync::MutexGuard<'static, Vec<(libc::c_int, libc::sigaction)>> {
+    static SAVED: std::sync::Mutex<Vec<(libc::c_int, libc::sigaction)>> = std::sync::Mutex::new(Vec::new());
+    SAVED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Gives `sig` back the disposition [`install`] replaced, if our handler is still the one installed (a
+/// handler installed over ours is left as it is). A replaced `SIG_DFL` comes back as `SIG_IGN`: a late
+/// signal of ours (an expiry already under way when the timer was disarmed) must not end the process.
+/// Returns whether it gave the signal back. Not for a handler: it takes a lock.
+pub fn uninstall(sig: libc::c_int) -> io::Result<bool> {
+    let i = index(sig)?;
+    let ours = OURS[i].load(Ordering::Acquire);
+    if ours == 0 || replaced(sig) {
+        return Ok(false);
+    }
+    let mut saved = saved_actions();
+    let Some(at) = saved.iter().position(|(s, _)| *s == sig) else { return Ok(false) };
+    let mut action = saved[at].1;
+    if action.sa_sigaction == libc::SIG_DFL {
+        action.sa_sigaction = libc::SIG_IGN;
+    }
+    // SAFETY: `action` is the initialised disposition the kernel gave us when ours was installed.
+    if unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    saved.remove(at);
+    OURS[i].store(0, Ordering::Release);
+    Ok(true)
 }
 
 /// Passes a signal that is not ours to the handler [`install`] replaced. A previous disposition of
@@ -215,6 +248,42 @@ mod tests {
         unsafe { libc::signal(sig, previous as *const () as usize) };
         assert!(replaced(sig));
         // SAFETY: restore the default (ignore) disposition.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+
+    extern "C" fn quiet(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {}
+
+    fn current(sig: libc::c_int) -> usize {
+        // SAFETY: a zeroed sigaction is a valid out-parameter; a NULL new action only queries.
+        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::sigaction(sig, std::ptr::null(), &mut cur) }, 0);
+        cur.sa_sigaction
+    }
+
+    #[test]
+    fn uninstall_gives_the_signal_back_and_the_default_as_ignored() {
+        extern "C" fn before(_: libc::c_int) {}
+        let sig = libc::SIGTTIN;
+        // SAFETY: dispositions of a signal no other test uses.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+        install(sig, quiet, &[]).unwrap();
+        assert_eq!(current(sig), quiet as usize);
+        assert!(uninstall(sig).unwrap());
+        assert_eq!(current(sig), libc::SIG_IGN, "a late signal must not stop the process");
+        assert!(!uninstall(sig).unwrap(), "nothing of ours left to give back");
+        // A handler that was there before comes back; one installed over ours is left alone.
+        // SAFETY: as above.
+        unsafe { libc::signal(sig, before as *const () as usize) };
+        install(sig, quiet, &[]).unwrap();
+        assert!(uninstall(sig).unwrap());
+        assert_eq!(current(sig), before as usize);
+        install(sig, quiet, &[]).unwrap();
+        // SAFETY: as above.
+        unsafe { libc::signal(sig, before as *const () as usize) };
+        assert!(!uninstall(sig).unwrap());
+        assert_eq!(current(sig), before as usize);
+        // SAFETY: as above.
         unsafe { libc::signal(sig, libc::SIG_DFL) };
     }
 

@@ -87,9 +87,12 @@ impl Agent {
             control::Request::Status => Ok(self.status()),
             control::Request::Stop => {
                 // The reply carries the summary line, for the command's caller to show.
-                self.stop_session(Some(jni), true).map(|w| {
+                self.stop_session(Some(jni), true).and_then(|w| {
+                    if !w.errors.is_empty() {
+                        return Err(format!("session stopped, but {}", w.errors.join("; ")));
+                    }
                     let summary = w.summary.map(|s| format!("{s} ")).unwrap_or_default();
-                    format!("ok {summary}files={}", w.files.join(","))
+                    Ok(format!("ok {summary}files={}", w.files.join(",")))
                 })
             }
             control::Request::Dump(text) => {

@@ -135,13 +135,18 @@ impl Agent {
         Ok(self.write(jni, job))
     }
 
-    /// Writes the profile so far without ending the session, to `files` or the session's files.
+    /// Writes the profile so far without ending the session (or the last session's profile again, once it
+    /// has stopped), to `files` or the session's files. An error when there is no profile yet or when a
+    /// file could not be written (the files that could are written all the same).
     pub(super) fn dump(&self, jni: Option<Jni>, files: Option<Vec<OutputFile>>) -> Result<Vec<String>, String> {
         if self.dead.load(Ordering::Acquire) {
             return Err("the JVM is shutting down".into());
         }
         let engines = {
             let session = lock(&self.session);
+            if !session.running && session.engines.is_empty() {
+                return Err("no session has run yet: nothing to dump (kprof start PID mode=... starts one)".into());
+            }
             if session.running {
                 session.engines.clone()
             } else {
@@ -154,7 +159,12 @@ impl Agent {
             e.before_write(jni);
         }
         let job = self.write_job(&mut lock(&self.session), files, false);
-        Ok(self.write(jni, job).files)
+        let written = self.write(jni, job);
+        if written.errors.is_empty() {
+            Ok(written.files)
+        } else {
+            Err(written.errors.join("; "))
+        }
     }
 
     pub(super) fn status(&self) -> String {

@@ -35,6 +35,8 @@ pub(super) struct WriteJob {
 pub(super) struct Written {
     pub files: Vec<String>,
     pub summary: Option<String>,
+    /// One line per file that could not be written (also said on the JVM's stderr).
+    pub errors: Vec<String>,
 }
 
 /// A snapshot made ready to write: named as it is, with its inclusive totals (JSON), or as a profile.
@@ -88,7 +90,8 @@ impl Agent {
     pub(super) fn write(&self, jni: Option<Jni>, mut job: WriteJob) -> Written {
         let _g = lock(&self.write_lock);
         if self.final_written.load(Ordering::Acquire) {
-            return Written { files: Vec::new(), summary: None };
+            let errors = vec!["the JVM has exited: its last profile is written".to_string()];
+            return Written { files: Vec::new(), summary: None, errors };
         }
         let t0 = Instant::now();
         let snapshot = self.cct.snapshot(&job.metrics);
@@ -124,6 +127,7 @@ impl Agent {
             Resolved::Tree(..) => job.metric,
         };
         let mut written = Vec::new();
+        let mut errors = Vec::new();
         for f in &job.files {
             let path = expand_path(&f.path, std::process::id(), job.start_secs, job.number);
             let target = std::path::Path::new(&path);
@@ -142,7 +146,11 @@ impl Agent {
             };
             match result {
                 Ok(abs) => written.push(abs.display().to_string()),
-                Err(e) => say(&format!("cannot write {path}: {e}")),
+                Err(e) => {
+                    let line = format!("cannot write {path}: {e}");
+                    say(&line);
+                    errors.push(line);
+                }
             }
         }
         let mut summary = None;
@@ -160,7 +168,7 @@ impl Agent {
             std::mem::forget(resolved);
             std::mem::forget(snapshot);
         }
-        Written { files: written, summary }
+        Written { files: written, summary, errors }
     }
 }
 

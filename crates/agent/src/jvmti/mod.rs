@@ -392,6 +392,16 @@ impl Jvmti {
         Ok((count.max(0) as usize).min(frames.len()))
     }
 
+    /// Another thread's stack, innermost frame first, into `frames` (as many as fit); returns how many
+    /// frames were written. HotSpot takes it in a handshake, which the calling thread runs by itself when
+    /// `thread` is blocked or in native code: the thread is not woken.
+    pub fn stack_trace_of(self, thread: jthread, frames: &mut [jvmtiFrameInfo]) -> JvmtiResult<usize> {
+        let mut count: jint = 0;
+        let max = frames.len().min(i32::MAX as usize) as jint;
+        check(call!(self, GetStackTrace, thread, 0, max, frames.as_mut_ptr(), &mut count))?;
+        Ok((count.max(0) as usize).min(frames.len()))
+    }
+
     /// This environment's word of thread-local storage of the current thread (a virtual thread's own
     /// while one is mounted); 0 until set.
     pub fn thread_local_word(self) -> JvmtiResult<usize> {

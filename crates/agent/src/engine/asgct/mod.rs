@@ -142,7 +142,7 @@ impl Engine for AsgctEngine {
             // kprof's handler takes SIGPROF now; JFR refuses to share it.
             host.say(
                 "timer=itimer takes SIGPROF, which JFR's CPU-time sampler (jdk.CPUTimeSample) needs too: a JFR \
-                 recording that starts after this one records no CPU-time samples",
+                 recording that starts while this session runs records no CPU-time samples",
             );
         }
         self.register_live_threads(jni);
@@ -416,11 +416,16 @@ impl Sampler {
         }
     }
 
-    /// Stops sampling every thread; the handler stays installed (a late signal is ignored).
+    /// Stops sampling every thread. The perf and ctimer handler stays installed (a late signal is ignored);
+    /// SIGPROF goes back to what it was before kprof (`SIG_IGN` for the default): it is the one signal
+    /// another profiler in the process (JFR's CPU-time sampler) needs, and JFR takes it only from no handler.
     pub fn stop(&self) {
         self.running.store(false, Ordering::Release);
         if self.timer == TimerKind::Itimer {
             let _ = timer::itimer_set(None);
+            if let Err(e) = signals::uninstall(libc::SIGPROF) {
+                crate::guard::say(&format!("sigaction(SIGPROF): {e}: kprof's handler stays"));
+            }
         }
         let mut reg = threads::registry();
         for idx in reg.members(CPU) {

@@ -1,5 +1,6 @@
-//! Stacks from JVMTI GetStackTrace (taken on the thread itself, outside any signal handler) into the
-//! tree, for the engines that record at an event: allocation samples and lock waits.
+//! Stacks from JVMTI GetStackTrace (outside any signal handler) into the tree: for the engines that record
+//! at an event on the thread itself (allocation samples, lock waits), and for the wall sampler, which
+//! reads the stacks of threads that are off the CPU.
 
 use crate::cct::{Cct, NodeId};
 use crate::frame::{FrameId, Pseudo};
@@ -17,6 +18,24 @@ pub(crate) fn record_path(
     frames: &[jvmtiFrameInfo],
     truncated: bool,
     label: FrameId,
+) -> NodeId {
+    let node = record_frames(cct, path, path_base, root, frames, truncated);
+    if node == cct.overflow() {
+        return node;
+    }
+    let at = frames.first().map_or(-1, |f| bci(f.location));
+    cct.child(node, label, at).unwrap_or(cct.overflow())
+}
+
+/// [`record_path`] without the label: the innermost frame's node (or the overflow node), the node the
+/// cpu and wall engines' signal handlers reach for the same stack.
+pub(crate) fn record_frames(
+    cct: &Cct,
+    path: &mut Vec<(u64, i32, NodeId)>,
+    path_base: &mut NodeId,
+    root: NodeId,
+    frames: &[jvmtiFrameInfo],
+    truncated: bool,
 ) -> NodeId {
     let overflow = cct.overflow();
     let base =
@@ -54,11 +73,7 @@ pub(crate) fn record_path(
         k += 1;
     }
     path.truncate(k);
-    if node == overflow {
-        return overflow;
-    }
-    let at = frames.first().map_or(-1, |f| bci(f.location));
-    cct.child(node, label, at).unwrap_or(overflow)
+    node
 }
 
 /// A jlocation as a callsite: HotSpot's locations are bcis; -1 for none.

@@ -34,8 +34,11 @@ pub(super) struct WallSlot {
     pub(super) picks: [AtomicU64; PENDING],
     pub(super) head: AtomicU32,
     pub(super) tail: AtomicU32,
-    /// The node of the thread's previous pick (0: none yet). The handler's alone.
+    /// The node of the thread's previous pick (0: none yet). The handler's, or the sampler's when the
+    /// ring is empty (no handler can be at it then; see `WallSampler::read_off_java`).
     pub(super) last_leaf: AtomicU32,
+    /// The tree node the thread's samples go below (its thread root with `threads=on`).
+    pub(super) root: AtomicU32,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -50,6 +53,7 @@ const NO_WALL_SLOT: WallSlot = WallSlot {
     head: AtomicU32::new(0),
     tail: AtomicU32::new(0),
     last_leaf: AtomicU32::new(0),
+    root: AtomicU32::new(0),
 };
 
 /// A pick as the ring keeps it: the state in the top byte, the weight (nanoseconds) below.
@@ -101,15 +105,7 @@ impl WallSampler {
             } else {
                 self.cct.child(node, label, -1).unwrap_or(self.cct.overflow())
             };
-            // The time between two picks is split between them: a state change anywhere in it is then
-            // counted right on average, whereas giving it all to the later pick would favour the states
-            // that tend to follow a long gap (a sampler held up by a phase that keeps the CPUs busy).
-            let previous = ws.last_leaf.swap(leaf, Ordering::Relaxed);
-            let own = if previous == 0 { weight } else { weight - weight / 2 };
-            if previous != 0 {
-                self.cct.add(previous, Metric::Wall, weight / 2);
-            }
-            self.cct.add_events(leaf, Metric::WallSamples, 1, Metric::Wall, own);
+            self.count_pick(ws, leaf, weight);
             taken += 1;
             i = i.wrapping_add(1);
         }
@@ -119,6 +115,21 @@ impl WallSampler {
         }
         self.stats.samples.fetch_add(taken, Ordering::Relaxed);
         self.stats.handler_ns.fetch_add(monotonic_ns().saturating_sub(t0), Ordering::Relaxed);
+    }
+}
+
+impl WallSampler {
+    /// Counts one pick of weight `weight` at `leaf` (its stack and state label). The time between two
+    /// picks is split between them: a state change anywhere in it is then counted right on average,
+    /// whereas giving it all to the later pick would favour the states that tend to follow a long gap
+    /// (a sampler held up by a phase that keeps the CPUs busy).
+    pub(super) fn count_pick(&self, ws: &WallSlot, leaf: u32, weight: u64) {
+        let previous = ws.last_leaf.swap(leaf, Ordering::Relaxed);
+        let own = if previous == 0 { weight } else { weight - weight / 2 };
+        if previous != 0 {
+            self.cct.add(previous, Metric::Wall, weight / 2);
+        }
+        self.cct.add_events(leaf, Metric::WallSamples, 1, Metric::Wall, own);
     }
 }
 

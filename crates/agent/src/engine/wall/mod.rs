@@ -3,9 +3,14 @@
 //!
 //! A sampler thread (`kprof-wall`, attached to the JVM as a daemon) wakes every `interval` and picks the
 //! next `batch` registered threads in turn. For each pick it reads the thread's state with JVMTI
-//! `GetThreadState` (not async-signal-safe, so here rather than in the handler), queues the pick (the
-//! state and its weight) in the thread's ring and signals the thread ([`WALL_SIGNAL`], queued with a tag
-//! that tells it from anyone else's). The handler, on the thread, walks its stack with AsyncGetCallTrace
+//! `GetThreadState` (not async-signal-safe, so here rather than in the handler). A thread off Java code
+//! (sleeping, waiting, parked, blocked, in native code) has its stack read by the sampler itself with
+//! JVMTI `GetStackTrace`: its Java stack cannot change until it leaves that state, and HotSpot runs the
+//! read (a handshake) on the sampler's thread without waking it, so an idle thread costs the program
+//! nothing. A thread running Java code gets its pick (the state and its weight) queued in its ring and a
+//! signal ([`WALL_SIGNAL`], queued with a tag that tells it from anyone else's): a stack read from
+//! outside would wait for it to reach a safepoint, and sample there (safepoint bias). The handler, on
+//! the thread, walks its stack with AsyncGetCallTrace
 //! like the cpu engine and adds each pending pick with its state as a leaf label (`[state sleeping]`); a
 //! walk that fails still counts, as the walk's pseudo-frame with the state below it. A thread that gets
 //! its signal late (it waited for a CPU, or the signal merged with the next one) takes every pick since,
@@ -19,9 +24,9 @@
 //! every tick came on time and every signal arrived: when the program keeps the CPUs busy the sampler
 //! wakes late, and the running phases get fewer samples at the same weight (under-sampled).
 //!
-//! Cost: at most `batch` state reads and signals per interval, whatever the number of threads, plus the
-//! handler on each signalled thread (waking an idle thread costs it a context switch). The summary line
-//! reports the sampler's CPU time and the handlers' time.
+//! Cost: at most `batch` state reads and signals or stack reads per interval, whatever the number of
+//! threads, plus the handler on each signalled (running) thread. The summary line reports the signals,
+//! the stacks read (`read=`), the sampler's CPU time and the handlers' time.
 
 mod handler;
 mod sampler;
@@ -175,6 +180,7 @@ impl Engine for WallEngine {
         c.insert("wall_usable_samples".into(), load(&st.usable));
         c.insert("wall_dropped_samples".into(), load(&st.dropped));
         c.insert("wall_signals".into(), load(&st.signals));
+        c.insert("wall_stacks_read".into(), load(&st.read));
         c.insert("wall_deferred_picks".into(), load(&st.deferred));
         c.insert("wall_ticks".into(), load(&st.ticks));
         c.insert("wall_late_ticks".into(), load(&st.late_ticks));
@@ -198,11 +204,12 @@ impl Engine for WallEngine {
         let secs = c("wall_elapsed_ns") as f64 / 1e9;
         let rate = if secs > 0.0 { samples as f64 / secs } else { 0.0 };
         let mut line = format!(
-            "interval={} batch={} samples={samples} usable={usable:.1}% rate={rate:.0}/s signals={} dropped={} \
-             threads={} sampler_cpu={:.3}s handler_time={:.3}s",
+            "interval={} batch={} samples={samples} usable={usable:.1}% rate={rate:.0}/s signals={} read={} \
+             dropped={} threads={} sampler_cpu={:.3}s handler_time={:.3}s",
             format_interval(c("wall_interval_ns")),
             c("wall_batch"),
             c("wall_signals"),
+            c("wall_stacks_read"),
             c("wall_dropped_samples"),
             c("wall_threads_sampled"),
             c("wall_sampler_cpu_ns") as f64 / 1e9,

@@ -1,17 +1,20 @@
 //! The wall sampler: the session's thread (`kprof-wall`) that picks the next `batch` registered threads
 //! every interval, reads their states and signals them, and the list of threads it takes in turn.
 
-use super::handler::{pack_pick, PENDING, WALL_SLOTS, WALL_TAG};
-use super::state::State;
+use super::handler::{pack_pick, WallSlot, PENDING, WALL_SLOTS, WALL_TAG};
+use super::state::{State, LABEL_IDS};
 use super::{lock, ENGINE};
 use crate::cct::{Cct, NodeId};
+use crate::engine::stack::jvmti_path::record_frames;
 use crate::engine::stack::threads::{self, Left, Origin, WALL};
 use crate::engine::stack::{monotonic_ns, Walker, WALL_SIGNAL};
 use crate::engine::Host;
+use crate::frame::FrameId;
 use crate::jvmti::bindings::*;
 use crate::jvmti::{JavaVm, Jni, Jvmti};
 use kprof_protocol::options::Options;
 use kprof_timers::{gettid, signals, thread_cpu_ns};
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -28,6 +31,9 @@ pub struct WallStats {
     pub dropped: AtomicU64,
     /// Signals sent.
     pub signals: AtomicU64,
+    /// Samples of threads off Java code (sleeping, waiting, parked, blocked, in native code) whose stack
+    /// the sampler read itself (JVMTI GetStackTrace), with no signal.
+    pub read: AtomicU64,
     /// Picks put off because the thread had not run for [`PENDING`] picks.
     pub deferred: AtomicU64,
     /// Ticks the sampler ran, and ticks it skipped because it woke more than an interval late.
@@ -45,6 +51,20 @@ pub struct WallStats {
     pub handler_ns: AtomicU64,
     /// The signal's handler was found replaced by another (1), or not (0).
     pub handler_replaced: AtomicU64,
+}
+
+/// What the sampler keeps to read the stacks of threads off Java code: a frame buffer, and per slot the
+/// path of its last stack in the tree (so that a thread that sleeps where it slept walks no tree).
+pub(super) struct OffJava {
+    frames: Vec<jvmtiFrameInfo>,
+    paths: HashMap<usize, (u32, Vec<(u64, i32, NodeId)>, NodeId)>,
+}
+
+impl OffJava {
+    pub(super) fn new(depth: u32) -> OffJava {
+        let none = jvmtiFrameInfo { method: std::ptr::null_mut(), location: 0 };
+        OffJava { frames: vec![none; depth as usize + 1], paths: HashMap::new() }
+    }
 }
 
 /// The registered threads, in the order the sampler takes them.
@@ -171,6 +191,7 @@ impl WallSampler {
         ws.tid.store(tid, Ordering::Relaxed);
         ws.last_pick_ns.store(monotonic_ns(), Ordering::Relaxed);
         ws.last_leaf.store(0, Ordering::Relaxed);
+        ws.root.store(root, Ordering::Relaxed);
         ws.thread.store(thread as *mut c_void, Ordering::Release);
         lock(&self.members).slots.push(joined.idx);
         self.stats.threads.fetch_add(1, Ordering::Relaxed);
@@ -235,6 +256,7 @@ impl WallSampler {
         self.sampler_tid.store(tid, Ordering::Release);
         let mut next = monotonic_ns() + self.interval_ns;
         let mut dead = Vec::with_capacity(self.batch);
+        let mut off_java = OffJava::new(self.walker.depth);
         let mut last_check = 0u64;
         while self.running.load(Ordering::Acquire) {
             let now = monotonic_ns();
@@ -261,7 +283,7 @@ impl WallSampler {
                 next + self.interval_ns
             };
             if let Some(jvmti) = jvmti {
-                self.tick(jvmti, &mut dead);
+                self.tick(jvmti, &mut dead, &mut off_java);
                 if !dead.is_empty() {
                     self.retire(&mut dead, jni);
                 }
@@ -279,9 +301,9 @@ impl WallSampler {
         vm.detach();
     }
 
-    /// One tick: the next `batch` threads each get their state read and a signal. Threads found ended
-    /// go to `dead`.
-    pub(super) fn tick(&self, jvmti: Jvmti, dead: &mut Vec<usize>) {
+    /// One tick: the next `batch` threads each get their state read; a thread off Java code has its
+    /// stack read here, the others get a signal. Threads found ended go to `dead`.
+    pub(super) fn tick(&self, jvmti: Jvmti, dead: &mut Vec<usize>, off_java: &mut OffJava) {
         let mut m = lock(&self.members);
         let n = m.slots.len();
         if n == 0 {
@@ -303,7 +325,11 @@ impl WallSampler {
             };
             let now = monotonic_ns();
             let head = ws.head.load(Ordering::Relaxed);
-            if head.wrapping_sub(ws.tail.load(Ordering::Acquire)) as usize >= PENDING {
+            let tail = ws.tail.load(Ordering::Acquire);
+            if state.off_java() && head == tail && self.read_off_java(jvmti, idx, ws, thread, state, now, off_java) {
+                continue;
+            }
+            if head.wrapping_sub(tail) as usize >= PENDING {
                 // The thread has not run since its last picks: this one's time goes to its next pick.
                 self.stats.deferred.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -321,6 +347,51 @@ impl WallSampler {
             }
         }
         m.cursor = (m.cursor + take) % n;
+    }
+
+    /// One sample of a thread off Java code, its stack read here rather than by a signal's handler on the
+    /// thread: a sleeping, waiting, parked or blocked thread (or one in native code) runs no Java code, so
+    /// its Java stack is the one the handler would walk, and reading it does not wake the thread (a
+    /// handshake HotSpot lets this thread run for it). Only with the thread's ring empty: no handler can be
+    /// at its picks then (signals come from this thread alone, and a late one finds nothing to take), so
+    /// the pick is counted here, in order. Returns false to fall back to the signal (the stack could not
+    /// be read).
+    #[allow(clippy::too_many_arguments)]
+    fn read_off_java(
+        &self,
+        jvmti: Jvmti,
+        idx: usize,
+        ws: &WallSlot,
+        thread: *mut c_void,
+        state: State,
+        now: u64,
+        off_java: &mut OffJava,
+    ) -> bool {
+        let Ok(n) = jvmti.stack_trace_of(thread as jthread, &mut off_java.frames) else { return false };
+        let depth = self.walker.depth as usize;
+        let generation = ws.generation.load(Ordering::Relaxed);
+        let entry = off_java.paths.entry(idx).or_insert_with(|| (generation, Vec::new(), 0));
+        if entry.0 != generation {
+            *entry = (generation, Vec::new(), 0);
+        }
+        let root = ws.root.load(Ordering::Relaxed);
+        let overflow = self.cct.overflow();
+        let node = if n == 0 {
+            // A thread with no Java frame yet (or any more): as the handler's failed walk would have it.
+            self.cct.child(root, FrameId::pseudo(crate::frame::Pseudo::NotJava), -1).unwrap_or(overflow)
+        } else {
+            record_frames(self.cct, &mut entry.1, &mut entry.2, root, &off_java.frames[..n.min(depth)], n > depth)
+        };
+        let label = FrameId(LABEL_IDS[state as usize].load(Ordering::Acquire));
+        let leaf = if node == overflow { node } else { self.cct.child(node, label, -1).unwrap_or(overflow) };
+        let weight = now.saturating_sub(ws.last_pick_ns.swap(now, Ordering::Relaxed));
+        self.count_pick(ws, leaf, weight);
+        self.stats.read.fetch_add(1, Ordering::Relaxed);
+        self.stats.samples.fetch_add(1, Ordering::Relaxed);
+        if n > 0 {
+            self.stats.usable.fetch_add(1, Ordering::Relaxed);
+        }
+        true
     }
 
     /// Takes off threads that ended without their ThreadEnd reaching kprof (found at a session's start

@@ -35,6 +35,13 @@ pub const STATE_LABELS: [&str; 7] = [
 ];
 
 impl State {
+    /// Whether a thread in this state runs no Java code until it leaves it (sleeping, waiting, parked,
+    /// blocked, or in native code): its Java stack stays as it is, and HotSpot lets another thread read
+    /// it without stopping or waking it.
+    pub fn off_java(self) -> bool {
+        matches!(self, State::Native | State::Sleeping | State::Waiting | State::Parked | State::Blocked)
+    }
+
     /// The state of JVMTI state bits `s` (of a live thread).
     pub fn of(s: u32) -> State {
         if s & JVMTI_THREAD_STATE_BLOCKED_ON_MONITOR_ENTER != 0 {
