@@ -532,7 +532,7 @@ impl Options {
         if o.stack == StackMode::Walk && o.callsite && o.has(EngineKind::Bytecode) {
             return Err(OptionError(
                 "kprof: bad option 'stack=walk': callsite=on needs stack=reified (a walked frame's position is \
-                 in rewritten code)"
+                 in rewritten code); accepted with callsite=on: reified | auto"
                     .into(),
             ));
         }
