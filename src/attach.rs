@@ -9,6 +9,7 @@
 pub mod control;
 pub mod creds;
 pub mod hotspot;
+pub mod inside;
 pub mod library;
 pub mod perfdata;
 pub mod sys;
@@ -41,20 +42,21 @@ OPTIONS are the agent's (kprof attach PID help lists them), e.g. mode=asgct,inte
   --copy-to DIR       copy the files written out of the target into DIR";
 
 /// A failure: the one line to print and the exit status.
-struct Failure {
-    message: String,
-    status: i32,
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub message: String,
+    pub status: i32,
 }
 
-fn fail(message: impl Into<String>) -> Failure {
+pub(crate) fn fail(message: impl Into<String>) -> Failure {
     Failure { message: message.into(), status: 1 }
 }
 
-fn usage_error(message: impl Into<String>) -> Failure {
+pub(crate) fn usage_error(message: impl Into<String>) -> Failure {
     Failure { message: message.into(), status: 2 }
 }
 
-fn finish(result: Result<(), Failure>) -> i32 {
+pub(crate) fn finish(result: Result<(), Failure>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(f) => {
@@ -125,12 +127,12 @@ fn parse_args(args: &[String], allowed: &[&str]) -> Result<Args, Failure> {
 }
 
 /// A target ready to be talked to: inspected, with the credentials to act as.
-struct Prepared {
-    target: Target,
-    act_as: Option<Credentials>,
+pub(crate) struct Prepared {
+    pub target: Target,
+    pub act_as: Option<Credentials>,
 }
 
-fn prepare(pid: u32) -> Result<Prepared, Failure> {
+pub(crate) fn prepare(pid: u32) -> Result<Prepared, Failure> {
     let target = Target::read(pid).map_err(fail)?;
     if target.state == 'Z' || target.state == 'X' {
         return Err(fail(format!("pid {pid} has exited")));
@@ -186,7 +188,24 @@ fn check_signal_safe(target: &Target, pidfd: &OwnedFd) -> Result<(), String> {
     }
 }
 
-/// Validates agent options here, so that a typo never reaches the target.
+/// Checks, from outside, that `target` (behind `pidfd`) can be attached to: Ok with the verdict on
+/// SIGQUIT (an Err inside: attach only through a listener already up), Err when it must not be touched.
+pub(crate) fn check_attachable(target: &Target, pidfd: &OwnedFd) -> Result<Result<(), String>, Failure> {
+    let signal_safe = check_signal_safe(target, pidfd);
+    if sys::pidfd_exited(pidfd) {
+        return Err(fail(format!("pid {} exited", target.pid)));
+    }
+    if let Err(e) = &signal_safe {
+        // Without a listener already up there is nothing to talk to: refuse before touching the target.
+        if !hotspot::listener_present(target) {
+            return Err(fail(e.clone()));
+        }
+    }
+    Ok(signal_safe)
+}
+
+/// Validates agent options here, so that a typo never reaches the target, nor options longer than
+/// HotSpot takes in one attach argument.
 fn validate_options(text: &str) -> Result<(), Failure> {
     // The agent's messages start with "kprof: " already.
     let parsed =
@@ -195,12 +214,15 @@ fn validate_options(text: &str) -> Result<(), Failure> {
         println!("{}", kprof_protocol::options::help_text());
         return Err(Failure { message: String::new(), status: 0 });
     }
+    if text.len() > hotspot::ARG_MAX {
+        return Err(usage_error(format!("OPTIONS {}", hotspot::too_long(text))));
+    }
     Ok(())
 }
 
 /// Prints the outcome of a command as one `key=value` line: the target, then the agent's reply with the
 /// files as paths the caller can read.
-fn print_reply(target: &Target, reply: &control::Reply, files: &[PathBuf]) {
+pub(crate) fn print_reply(target: &Target, reply: &control::Reply, files: &[PathBuf]) {
     let mut line = format!("pid={} nspid={} user={}", target.pid, target.nspid, target.user_name());
     for (k, v) in &reply.fields {
         if k != "files" {
@@ -266,30 +288,38 @@ fn attach(args: &[String]) -> Result<(), Failure> {
     let a = parse_args(args, &["--lib", "--timeout"])?;
     let options = a.options.clone().unwrap_or_default();
     validate_options(&options)?;
-    let lib = library::AgentLibrary::locate(a.lib.as_deref()).map_err(fail)?;
-    // The pidfd comes first: what /proc shows afterwards belongs to the process behind it as long as that
-    // process is still alive after the checks (a recycled pid would leave the pidfd reporting the exit).
-    let pidfd = sys::pidfd_open(a.pid);
-    let prepared = prepare(a.pid)?;
+    let (prepared, reply) = load_agent(a.pid, &options, a.lib.as_deref(), a.timeout.unwrap_or(DEFAULT_TIMEOUT))?;
+    let files = readable_files(&prepared, &reply, None)?;
+    print_reply(&prepared.target, &reply, &files);
+    Ok(())
+}
+
+/// Opens a pidfd of `pid`. It comes before the checks: what /proc shows afterwards belongs to the process
+/// behind it as long as that process is still alive after them (a recycled pid would leave the pidfd
+/// reporting the exit).
+pub(crate) fn open_pidfd(pid: u32) -> Result<OwnedFd, Failure> {
+    sys::pidfd_open(pid).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => fail(format!("no process with pid {pid}")),
+        _ => fail(format!("cannot open pid {pid}: {e}")),
+    })
+}
+
+/// Loads the agent with `options` (already validated) into the JVM `pid`, or, when the agent is loaded
+/// already, has it start a new session with them; returns the target and the agent's status reply.
+pub(crate) fn load_agent(
+    pid: u32,
+    options: &str,
+    lib: Option<&str>,
+    timeout: Duration,
+) -> Result<(Prepared, control::Reply), Failure> {
+    let lib = library::AgentLibrary::locate(lib).map_err(fail)?;
+    let pidfd = open_pidfd(pid)?;
+    let prepared = prepare(pid)?;
     let target = &prepared.target;
-    let pidfd = pidfd.map_err(|e| match e.raw_os_error() {
-        Some(libc::ESRCH) => fail(format!("no process with pid {}", a.pid)),
-        _ => fail(format!("cannot open pid {}: {e}", a.pid)),
-    })?;
-    let signal_safe = check_signal_safe(target, &pidfd);
-    if sys::pidfd_exited(&pidfd) {
-        return Err(fail(format!("pid {} exited", a.pid)));
-    }
-    if let Err(e) = &signal_safe {
-        // Without a listener already up there is nothing to talk to: refuse before touching the target.
-        if !hotspot::socket_path(target).exists() {
-            return Err(fail(e.clone()));
-        }
-    }
-    let timeout = a.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let signal_safe = check_attachable(target, &pidfd)?;
     let (lib_path, reply) = creds::run_as(prepared.act_as.as_ref(), || {
         let lib_path = library::visible_path(target, &lib)?;
-        let request = hotspot::request("load", &[&lib_path, "true", &options])?;
+        let request = hotspot::request("load", &[&lib_path, "true", options])?;
         let stream = hotspot::connect(target, &pidfd, timeout, signal_safe.clone())?;
         let reply = hotspot::exchange(stream, &request, REPLY_TIMEOUT)?;
         Ok((lib_path, hotspot::parse_load_reply(&reply)))
@@ -298,22 +328,29 @@ fn attach(args: &[String]) -> Result<(), Failure> {
     match reply {
         hotspot::LoadReply::AgentReturned(0) => {}
         hotspot::LoadReply::AgentReturned(code) => {
+            // A loaded agent that refused the session still serves its control socket: asked again there,
+            // it answers with the reason, which otherwise only the target's standard error shows.
+            if control::present(target).unwrap_or(false) {
+                let line = format!("start {options}");
+                let again = creds::run_as(prepared.act_as.as_ref(), || control::send(target, &line, REPLY_TIMEOUT));
+                match again {
+                    Err(reason) => return Err(fail(reason.trim_start_matches("kprof: ").to_string())),
+                    Ok(reply) => return Ok((prepared, reply)),
+                }
+            }
             return Err(fail(format!(
-                "the kprof agent in pid {} refused to start (Agent_OnAttach returned {code}); its message is on the \
-                 target's standard error",
-                a.pid
-            )))
+                "the kprof agent in pid {pid} refused to start (Agent_OnAttach returned {code}); its message is on \
+                 the target's standard error"
+            )));
         }
         hotspot::LoadReply::NotLoaded(msg) => {
-            return Err(fail(format!("pid {} did not load the agent {lib_path}: {msg}", a.pid)));
+            return Err(fail(format!("pid {pid} did not load the agent {lib_path}: {msg}")));
         }
     }
     // The agent answers on its control socket once Agent_OnAttach has returned.
     let reply = creds::run_as(prepared.act_as.as_ref(), || control::send(target, "status", REPLY_TIMEOUT))
-        .map_err(|e| fail(format!("the agent was loaded into pid {} but its status is unavailable: {e}", a.pid)))?;
-    let files = readable_files(&prepared, &reply, None)?;
-    print_reply(target, &reply, &files);
-    Ok(())
+        .map_err(|e| fail(format!("the agent was loaded into pid {pid} but its status is unavailable: {e}")))?;
+    Ok((prepared, reply))
 }
 
 /// `kprof start|stop|dump|status PID [...]`: one command to an agent already loaded.
@@ -360,13 +397,45 @@ pub fn list_main(args: &[String]) -> i32 {
     if let Some(a) = args.first() {
         return finish(Err(usage_error(format!("list takes no arguments, got '{a}'"))));
     }
-    let mut pids: Vec<u32> = match std::fs::read_dir("/proc") {
-        Ok(d) => d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect(),
-        Err(e) => return finish(Err(fail(format!("cannot read /proc: {e}")))),
+    let jvms = match jvms() {
+        Ok(j) => j,
+        Err(e) => return finish(Err(e)),
     };
+    println!("{:>8} {:>8}  {:<12} {:<6} {:<10} MAIN CLASS OR JAR, ARGUMENTS", "PID", "NSPID", "USER", "AGENT", "JAVA");
+    for jvm in jvms {
+        println!(
+            "{:>8} {:>8}  {:<12} {:<6} {:<10} {}",
+            jvm.target.pid,
+            jvm.target.nspid,
+            jvm.target.user_name(),
+            jvm.agent,
+            jvm.version,
+            jvm.program
+        );
+    }
+    0
+}
+
+/// A JVM this process can see.
+pub(crate) struct Jvm {
+    pub target: Target,
+    /// Whether the kprof agent is loaded: `yes`, `-` or `?` (its socket cannot be looked at).
+    pub agent: &'static str,
+    pub version: String,
+    /// The main class (or jar) and its arguments.
+    pub program: String,
+}
+
+/// The JVMs this process can see (in any namespace), by pid, without kprof itself.
+pub(crate) fn jvms() -> Result<Vec<Jvm>, Failure> {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .map_err(|e| fail(format!("cannot read /proc: {e}")))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
     pids.sort_unstable();
     let me = std::process::id();
-    println!("{:>8} {:>8}  {:<12} {:<6} {:<10} COMMAND", "PID", "NSPID", "USER", "AGENT", "JAVA");
+    let mut out = Vec::new();
     for pid in pids.into_iter().filter(|&p| p != me) {
         // Processes come and go while the list is made: any read that fails skips the process.
         let Ok(target) = Target::read(pid) else { continue };
@@ -381,17 +450,9 @@ pub fn list_main(args: &[String]) -> i32 {
         };
         let version = perf.as_ref().and_then(|p| p.java_version()).unwrap_or("?").to_string();
         let program = target.program(perf.as_ref());
-        println!(
-            "{:>8} {:>8}  {:<12} {:<6} {:<10} {}",
-            target.pid,
-            target.nspid,
-            target.user_name(),
-            agent,
-            version,
-            program
-        );
+        out.push(Jvm { target, agent, version, program });
     }
-    0
+    Ok(out)
 }
 
 /// Whether a process is a HotSpot JVM: libjvm.so in its maps, or, when they are not readable (another

@@ -14,7 +14,7 @@ use kprof_profile::{Metric, Profile};
 use std::path::Path;
 
 const USAGE: &str = "usage: kprof compare A B [--metric M] [--metric-a M] [--metric-b M] [--top N] [--callsites] \
-                     [--only PREFIX]... [--json] [--html FILE] [--collapsed FILE]";
+                     [--only PREFIX]... [--json] [--html FILE] [--signatures] [--collapsed FILE]";
 const DEFAULT_TOP: usize = 20;
 
 struct Args {
@@ -28,6 +28,8 @@ struct Args {
     only: Vec<String>,
     /// Where to write the differential flame graph (`--html`).
     html: Option<String>,
+    /// Frames of the flame graph named with their signatures (`--signatures`).
+    signatures: bool,
     /// Where to write the difference as two-column collapsed stacks (`--collapsed`).
     collapsed: Option<String>,
 }
@@ -42,6 +44,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         json: false,
         only: Vec::new(),
         html: None,
+        signatures: false,
         collapsed: None,
     };
     let mut i = 0;
@@ -66,6 +69,8 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             a.collapsed = Some(output_path("--collapsed", v)?);
         } else if args[i] == "--callsites" {
             a.callsites = true;
+        } else if args[i] == "--signatures" {
+            a.signatures = true;
         } else if args[i] == "--json" {
             a.json = true;
         } else if args[i].starts_with('-') && args[i] != "-" {
@@ -198,7 +203,8 @@ fn write_difference(args: &Args, a: &Profile, metric_a: Metric, b: &Profile, met
     if let Some(path) = &args.html {
         let side_a = html::Side { profile: a, metric: metric_a, label: &label_a };
         let side_b = html::Side { profile: b, metric: metric_b, label: &label_b };
-        outputs.push((path, html::render_difference(&tree, &side_a, &side_b), "differential flame graph"));
+        let naming = if args.signatures { html::FrameNames::Signatures } else { html::FrameNames::Short };
+        outputs.push((path, html::render_difference(&tree, &side_a, &side_b, naming), "differential flame graph"));
     }
     if let Some(path) = &args.collapsed {
         outputs.push((path, difference_collapsed(&tree), "collapsed difference"));
@@ -224,6 +230,7 @@ pub fn main(args: &[String]) -> i32 {
              --json                print the result as JSON\n  \
              --html FILE           also write a differential flame graph: B's frames coloured by the change of\n                        \
              their share of the total from A (grown, shrunk, new; frames only in A drawn hatched)\n  \
+             --signatures          name its frames with their signatures (default: Class.method)\n  \
              --collapsed FILE      also write the difference as collapsed stacks with two counts, `stack A B`\n                        \
              (A's counts scaled to B's total), which flamegraph.pl draws as a differential flame graph",
             Metric::ACCEPTED

@@ -3,6 +3,7 @@
 
 mod attach;
 mod compare;
+mod profile;
 mod report;
 mod rewrite;
 mod timer_cost;
@@ -14,7 +15,9 @@ commands:
   rewrite [--roundtrip] [--mode MODE] [--out DIR] INPUT...   show (or check) what the agent does to classes
   report FILE [--metric M] [--top N]                         text report of a profile (JSON or collapsed)
   compare A B [--metric M] [--html F] [--collapsed F]        overlap of two profiles; differential flame graph
-  list                                                       JVMs visible from here (any namespace)
+  profile [-d 30s] [-e cpu,alloc,...] [-i 1ms] [-f FILE]... PID|NAME
+                                                             profile a running JVM, write the files
+  list                                                       JVMs visible from here: pid, user, agent, main class
   attach PID [OPTIONS] [--lib PATH] [--timeout S]            load the agent into a running JVM and start
   start PID OPTIONS                                          start a new session in a loaded agent
   stop PID [--copy-to DIR]                                   stop and write the profile
@@ -41,6 +44,7 @@ fn run(args: &[String]) -> i32 {
         "rewrite" => rewrite::main(rest),
         "report" => report::main(rest),
         "compare" => compare::main(rest),
+        "profile" => profile::main(rest),
         "list" => attach::list_main(rest),
         "attach" => attach::attach_main(rest),
         "start" | "stop" | "dump" | "status" => attach::control_main(cmd, rest),
@@ -50,7 +54,7 @@ fn run(args: &[String]) -> i32 {
             0
         }
         other => {
-            eprintln!("kprof: unknown command '{other}' (accepted: rewrite, report, compare, list, attach, start, stop, dump, status, timer-cost, help)");
+            eprintln!("kprof: unknown command '{other}' (accepted: rewrite, report, compare, profile, list, attach, start, stop, dump, status, timer-cost, help)");
             2
         }
     }

@@ -21,10 +21,12 @@ fn every_format_of_a_real_profile_reads_back_with_the_expected_frames() {
         run.assert_ok();
         let method = |m: &str| format!("kprof.harness.Split3.method{m}(long)void");
 
-        // HTML: Chromium builds the page and every method is drawn.
+        // HTML: Chromium builds the page and every method is drawn, as Class.method, its full name in the
+        // page's data (the tooltip's).
         let dom = dump_dom(&format!("file://{}", files[0].display()), &dir.join("chromium"));
         for m in ["A", "B", "C"] {
-            assert!(dom.contains(&method(m)), "{}: flame graph lacks {}", jdk.label(), method(m));
+            let (drawn, full) = (format!(">Split3.method{m}</div>"), format!("\"kprof.harness.Split3.method{m}\""));
+            assert!(dom.contains(&drawn) && dom.contains(&full), "{}: flame graph lacks {drawn}", jdk.label());
         }
 
         // pprof: decoded independently, consistent, CPU nanoseconds, the split visible in sample values.

@@ -327,6 +327,11 @@ fn another_users_jvm_and_bad_options_are_refused_with_the_target_unharmed() {
         let bad = kprof_at(&kprof_bin(), None, &["attach", &p, "interval=1ms,mode=bogus"]);
         assert_eq!(bad.status.code(), Some(2));
         one_line_error(&bad, "bad option 'mode=bogus'");
+        // Options past HotSpot's 1024 bytes, in characters of two bytes: one line, not a panic.
+        let long = format!("interval=1ms,file=/tmp/{}.collapsed", "é".repeat(600));
+        let run = kprof_at(&kprof_bin(), None, &["attach", &p, &long]);
+        assert_eq!(run.status.code(), Some(2), "{}", run.stderr);
+        one_line_error(&run, "more than the 1024 bytes HotSpot accepts");
         assert!(!socket.exists(), "bad options reached the target");
 
         // No agent loaded yet.
@@ -422,14 +427,15 @@ fn a_planted_private_directory_in_the_targets_tmp_is_refused() {
         let victim = dir.join("victim");
         std::fs::create_dir_all(&victim).unwrap();
         std::os::unix::fs::symlink(&victim, &private).unwrap();
-        let run = kprof_at(&kprof, None, &["attach", &p, "interval=1ms"]);
+        let opts = "interval=1ms,file=/tmp/planted.collapsed";
+        let run = kprof_at(&kprof, None, &["attach", &p, opts]);
         one_line_error(&run, "symbolic link");
         assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0, "kprof wrote through the link");
 
         // A directory of another user: refused.
         std::fs::remove_file(&private).unwrap();
         std::fs::create_dir(&private).unwrap();
-        let run = kprof_at(&kprof, None, &["attach", &p, "interval=1ms"]);
+        let run = kprof_at(&kprof, None, &["attach", &p, opts]);
         one_line_error(&run, "belongs to uid 0");
         assert_still_reporting(&service, pid, Instant::now());
         assert!(!service.stdout().contains("Full thread dump"), "the JVM got SIGQUIT");
@@ -521,5 +527,398 @@ fn attach_in_bytecode_mode_rewrites_loaded_classes_and_stop_restores_them() {
         };
         assert_still_reporting(&service, pid, stopped);
         assert!(after >= 0.85 * before, "{}: after stop {after:.0} ops/cpu-s, before {before:.0}", jdk.label());
+    });
+}
+
+/// The pid of the `java` process among the descendants of `pid` (a launcher chain such as runuser,
+/// unshare and sh in front of it), waiting up to 30 s for it.
+fn descendant_java(pid: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut queue = vec![pid];
+        while let Some(p) = queue.pop() {
+            let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+            if comm.trim() == "java" {
+                return p;
+            }
+            queue.extend(children(p));
+        }
+        assert!(Instant::now() < deadline, "no java process below pid {pid}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A listening Unix socket at `path` owned by `uid`, standing for a service of the host that a container
+/// must not be able to point kprof at. Non-blocking: `connections` counts who came.
+struct HostSocket(std::os::unix::net::UnixListener);
+
+impl HostSocket {
+    fn at(path: &Path, uid: u32) -> HostSocket {
+        let _ = std::fs::remove_file(path);
+        let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+        l.set_nonblocking(true).unwrap();
+        std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+        HostSocket(l)
+    }
+
+    fn connections(&self) -> usize {
+        let mut n = 0;
+        while self.0.accept().is_ok() {
+            n += 1;
+        }
+        n
+    }
+}
+
+/// A directory on the host that `uid` can use, standing for a place a container must not reach.
+fn host_dir(path: &Path, uid: u32) -> PathBuf {
+    std::fs::create_dir_all(path).unwrap();
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.to_path_buf()
+}
+
+/// A HotSpot counters file (little-endian) saying the JVM was started with -XX:+DisableAttachMechanism.
+fn counters_refusing_attach() -> Vec<u8> {
+    let (name, value) =
+        (b"sun.rt.jvmCapabilities\0", b"0000000000000000000000000000000000000000000000000000000000000000\0");
+    let mut out = vec![0xca, 0xfe, 0xc0, 0xc0, 1, 2, 0, 1];
+    out.extend_from_slice(&[0; 16]);
+    out.extend_from_slice(&32i32.to_le_bytes());
+    out.extend_from_slice(&1i32.to_le_bytes());
+    let len = 20 + name.len() + value.len();
+    out.extend_from_slice(&(len as i32).to_le_bytes());
+    out.extend_from_slice(&20i32.to_le_bytes());
+    out.extend_from_slice(&(value.len() as i32).to_le_bytes());
+    out.extend_from_slice(&[b'B', 0, 0, 0]);
+    out.extend_from_slice(&((20 + name.len()) as i32).to_le_bytes());
+    out.extend_from_slice(name);
+    out.extend_from_slice(value);
+    out
+}
+
+/// kprof (at `bin`) with its address space limited to 2 GiB, so that a read without a bound ends there
+/// instead of in the machine's memory; its peak resident set must stay below 200 MB.
+fn kprof_capped(bin: &Path, args: &[&str]) -> Run {
+    let mut cmd = Command::new("prlimit");
+    cmd.args(["--as=2147483648", "--"]).arg(bin).args(args);
+    let (run, rss_kb) = run_with_peak_rss(cmd, Duration::from_secs(120));
+    assert!(rss_kb < 200 * 1024, "kprof {args:?} peaked at {} MB:\n{}", rss_kb / 1024, run.stderr);
+    run
+}
+
+/// The files a container's JVM has are reached inside the container: an absolute link in its /tmp to a
+/// host directory (the agent's directory, a counters directory), an `@argfile` that became a link to a
+/// host file, to /dev/zero, or a FIFO: kprof never reads, connects to or is stalled by what they point at
+/// on the host. (The container shares the host's files but /tmp and the directories it hides: the links
+/// point into a hidden one, which on the host holds what the container must not make kprof use.)
+#[test]
+fn links_in_the_targets_files_resolve_inside_it() {
+    require_root();
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("attach-links-{}", jdk.label()));
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(kprof_bin(), bin.join("kprof")).unwrap();
+        std::fs::copy(agent_lib(), bin.join("libkprof.so")).unwrap();
+        let kprof = bin.join("kprof");
+        let host_only = host_dir(&dir.join("host-only"), NOBODY);
+        let classes = harness_classes();
+        // The JVM reads its options from /tmp/jvm.args; no counters file, so kprof reads the argfile.
+        let script = format!(
+            "echo -XX:+UseSerialGC > /tmp/jvm.args && exec {} @/tmp/jvm.args -XX:-UsePerfData -cp {} {SERVICE}",
+            jdk.java().display(),
+            classes.display()
+        );
+        let mut service = Background::spawn(container(&[&bin, &host_only], Some(NOBODY), &["sh", "-c", &script]));
+        service.wait_line("'service: started'", Duration::from_secs(60), |l| l.starts_with("service: started"));
+        let pid = descendant_java(service.child.id());
+        service.also_kill.push(pid);
+        let p = pid.to_string();
+        let tmp = PathBuf::from(format!("/proc/{pid}/root/tmp"));
+        let since = Instant::now();
+
+        // The agent's directory in the container is a link to a host directory where something of the
+        // same uid listens: kprof finds no agent, and nothing connects to the host's socket.
+        let host_agent_dir = host_dir(&host_only.join("agent-dir"), NOBODY);
+        let host_socket = HostSocket::at(&host_agent_dir.join("1.sock"), NOBODY);
+        std::os::unix::fs::symlink(&host_agent_dir, tmp.join(format!(".kprof-{NOBODY}"))).unwrap();
+        for command in ["status", "stop", "dump"] {
+            one_line_error(&kprof_at(&kprof, None, &[command, &p]), "no kprof agent");
+        }
+        assert_eq!(host_socket.connections(), 0, "kprof connected to a socket of the host");
+        std::fs::remove_file(tmp.join(format!(".kprof-{NOBODY}"))).unwrap();
+
+        // A counters directory that links to a host directory whose counters say attach is disabled: not
+        // the JVM's, so not read.
+        let host_counters = host_dir(&host_only.join("counters"), NOBODY);
+        std::fs::write(host_counters.join("1"), counters_refusing_attach()).unwrap();
+        std::os::unix::fs::chown(host_counters.join("1"), Some(NOBODY), Some(NOBODY)).unwrap();
+        std::os::unix::fs::symlink(&host_counters, tmp.join("hsperfdata_nobody")).unwrap();
+
+        // The argfile as a link to a host file that disables attach: the link resolves inside the
+        // container, where there is no such file; the attach goes ahead.
+        let host_args = host_only.join("jvm.args");
+        std::fs::write(&host_args, "-XX:+DisableAttachMechanism\n").unwrap();
+        let args = tmp.join("jvm.args");
+        std::fs::remove_file(&args).unwrap();
+        std::os::unix::fs::symlink(&host_args, &args).unwrap();
+        let opts = "interval=1ms,file=/tmp/links.collapsed";
+        let f = fields(&kprof_capped(&kprof, &["attach", &p, opts]));
+        assert_eq!(f["state"], "running", "{f:?}");
+        let status = fields(&kprof_at(&kprof, None, &["status", &p]));
+        assert_eq!((status["state"].as_str(), files(&status)), ("running", vec![tmp.join("links.collapsed")]));
+
+        // The argfile as a link to /dev/zero and as a FIFO: neither is read nor waited on.
+        std::fs::remove_file(&args).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &args).unwrap();
+        let f = fields(&kprof_capped(&kprof, &["attach", &p, opts]));
+        assert_eq!(f["state"], "running", "{f:?}");
+        std::fs::remove_file(&args).unwrap();
+        assert!(Command::new("mkfifo").arg(&args).status().unwrap().success());
+        let f = fields(&kprof_capped(&kprof, &["attach", &p, opts]));
+        assert_eq!(f["state"], "running", "{f:?}");
+        std::thread::sleep(Duration::from_millis(300));
+        let stop = fields(&kprof_at(&kprof, None, &["stop", &p]));
+        check_profile(&files(&stop)[0]);
+        assert_still_reporting(&service, pid, since);
+        assert!(!service.stdout().contains("Full thread dump"), "the JVM printed a thread dump");
+    });
+}
+
+/// A container with a root of its own whose /tmp is an absolute link (`/tmp -> /some/dir`): HotSpot's
+/// trigger file and socket, the agent's directory and its socket are all where the JVM finds them through
+/// that link inside the container, not where the same path leads on the host, which here holds a socket of
+/// the JVM's user under the name of HotSpot's (a host service the container must not make kprof talk to).
+#[test]
+fn a_container_whose_tmp_is_an_absolute_link_is_attached_inside_it() {
+    require_root();
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("attach-tmp-link-{}", jdk.label()));
+        let bin = host_dir(&dir.join("bin"), NOBODY);
+        std::fs::copy(kprof_bin(), bin.join("kprof")).unwrap();
+        std::fs::copy(agent_lib(), bin.join("libkprof.so")).unwrap();
+        let kprof = bin.join("kprof");
+        let out = dir.join("out");
+        // On the host, the link's target holds a "service" socket of the JVM's user.
+        let victim = host_dir(&dir.join("victim"), NOBODY);
+        let host_socket = HostSocket::at(&victim.join(".java_pid1"), NOBODY);
+        // The container's root: the host's /usr, /etc and /dev, the harness classes and kprof's directory
+        // (so the JVM can load kprof's library where it is) at their own paths, and /tmp -> <victim>,
+        // which inside the root is a directory of its own.
+        let root = dir.join("root");
+        for d in ["usr", "etc", "dev", "proc"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for (link, to) in [("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64"), ("sbin", "usr/sbin")] {
+            std::os::unix::fs::symlink(to, root.join(link)).unwrap();
+        }
+        let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap());
+        let classes = harness_classes();
+        for d in [&classes, &bin] {
+            std::fs::create_dir_all(inside(d)).unwrap();
+        }
+        std::fs::create_dir_all(inside(&victim)).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(inside(&victim), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        std::os::unix::fs::symlink(&victim, root.join("tmp")).unwrap();
+        let script = format!(
+            "mount --rbind /usr {r}/usr && mount --bind /etc {r}/etc && mount --rbind /dev {r}/dev && \
+             mount --bind {c} {r}{c} && mount --bind {b} {r}{b} && mount -t proc proc {r}/proc && \
+             exec chroot {r} setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups {java} -cp {c} {SERVICE}",
+            r = root.display(),
+            c = classes.display(),
+            b = bin.display(),
+            java = jdk.java().display()
+        );
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--pid", "--mount", "--fork", "--kill-child", "sh", "-c", &script]);
+        let mut service = Background::spawn(cmd);
+        service.wait_line("'service: started'", Duration::from_secs(60), |l| l.starts_with("service: started"));
+        let pid = descendant_java(service.child.id());
+        service.also_kill.push(pid);
+        let p = pid.to_string();
+        let since = Instant::now();
+
+        let f = fields(&kprof_at(&kprof, None, &["attach", &p, "interval=1ms,file=/tmp/t.collapsed"]));
+        assert_eq!(f["state"], "running", "{f:?}");
+        std::thread::sleep(Duration::from_millis(500));
+        let dump = fields(&kprof_at(&kprof, None, &["dump", &p, "--copy-to", out.to_str().unwrap()]));
+        check_profile(&files(&dump)[0]);
+        let stop = fields(&kprof_at(&kprof, None, &["stop", &p, "--copy-to", out.to_str().unwrap()]));
+        check_profile(&files(&stop)[0]);
+        // Everything happened in the container's /tmp.
+        let in_container: Vec<String> = std::fs::read_dir(inside(&victim))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        for name in [".java_pid1", &format!(".kprof-{NOBODY}"), "t.collapsed"] {
+            assert!(in_container.iter().any(|n| n == name), "{name} not in the container's /tmp: {in_container:?}");
+        }
+        assert_eq!(host_socket.connections(), 0, "kprof connected to the host's socket");
+        let on_host: Vec<String> = std::fs::read_dir(&victim)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(on_host, vec![".java_pid1".to_string()], "kprof wrote in the host's directory");
+        assert_still_reporting(&service, pid, since);
+        assert!(!service.stdout().contains("Full thread dump"), "the JVM printed a thread dump");
+    });
+}
+
+/// A process that answers on the agent's socket with `files=` naming /dev/zero and then a FIFO: `kprof stop
+/// --copy-to` reads neither (one line each, at once, within bounded memory).
+#[test]
+fn copying_files_that_are_not_regular_files_is_refused() {
+    require_root();
+    let dir = scratch("attach-fake-agent");
+    let out = dir.join("out");
+    let fake = format!(
+        r#"
+import os, socket
+os.makedirs('/tmp/.kprof-{NOBODY}', mode=0o700)
+os.mkfifo('/tmp/fifo')
+s = socket.socket(socket.AF_UNIX)
+s.bind('/tmp/.kprof-{NOBODY}/1.sock')
+s.listen(8)
+print('ready', flush=True)
+n = 0
+while True:
+    c, _ = s.accept()
+    c.recv(4096)
+    c.sendall(('ok files=' + ['/dev/zero', '/tmp/fifo'][n % 2] + '\n').encode())
+    c.close()
+    n += 1
+"#
+    );
+    let mut agent = Background::spawn(container(&[], Some(NOBODY), &["/usr/bin/python3", "-c", &fake]));
+    agent.wait_line("'ready'", Duration::from_secs(30), |l| l == "ready");
+    let pid = *children(agent.child.id()).first().expect("the fake agent");
+    agent.also_kill.push(pid);
+    let p = pid.to_string();
+    for (what, needle) in [("/dev/zero", "not a regular file"), ("/tmp/fifo", "not a regular file")] {
+        let started = Instant::now();
+        let run = kprof_capped(&kprof_bin(), &["stop", &p, "--copy-to", out.to_str().unwrap()]);
+        assert!(!run.status.success(), "{what}: {}", run.stdout);
+        let line = run.stderr.lines().last().unwrap_or_default().to_string();
+        assert!(line.contains(what) && line.contains(needle), "{what}: {}", run.stderr);
+        assert!(run.status.code() == Some(1), "{what}: exit {:?}\n{}", run.status, run.stderr);
+        eprintln!("{what}: refused in {:?}: {line}", started.elapsed());
+    }
+}
+
+/// A JVM in a rootless container (a user namespace where it is root, mapped to nobody outside): `kprof
+/// attach`, `status`, `dump`, `stop` from the host as root and as the namespace's owner, `kprof list`
+/// reading its counters file.
+#[test]
+fn a_jvm_in_a_user_namespace_is_attached_and_controlled() {
+    require_root();
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("attach-userns-{}", jdk.label()));
+        let bin = host_dir(&dir.join("bin"), NOBODY);
+        std::fs::copy(kprof_bin(), bin.join("kprof")).unwrap();
+        std::fs::copy(agent_lib(), bin.join("libkprof.so")).unwrap();
+        let kprof = bin.join("kprof");
+        let script = format!(
+            "mount -t tmpfs none /tmp && cd /tmp && exec {} -cp {} {SERVICE}",
+            jdk.java().display(),
+            harness_classes().display()
+        );
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "nobody", "--", "unshare", "--user", "--map-root-user", "--pid", "--mount", "--fork"]);
+        cmd.args(["--mount-proc", "--kill-child", "sh", "-c", &script]);
+        let mut service = Background::spawn(cmd);
+        service.wait_line("'service: started'", Duration::from_secs(60), |l| l.starts_with("service: started"));
+        let pid = descendant_java(service.child.id());
+        service.also_kill.push(pid);
+        let p = pid.to_string();
+        let since = Instant::now();
+
+        // As root.
+        let f = fields(&kprof_at(&kprof, None, &["attach", &p, "interval=1ms,file=/tmp/root-%n.collapsed"]));
+        assert_eq!((f["state"].as_str(), f["nspid"].as_str(), f["user"].as_str()), ("running", "1", "nobody"));
+        let socket = PathBuf::from(format!("/proc/{pid}/root/tmp/.kprof-0/1.sock"));
+        assert!(socket.exists(), "the agent names its directory by its uid in its namespace (0)");
+        let list = kprof_at(&kprof, None, &["list"]);
+        let row = list.stdout.lines().find(|l| l.split_whitespace().next() == Some(p.as_str())).unwrap().to_string();
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!((cols[3], cols[4].starts_with(&jdk.version.to_string())), ("yes", true), "{row}");
+        std::thread::sleep(Duration::from_millis(500));
+        let dump = fields(&kprof_at(&kprof, None, &["dump", &p]));
+        check_profile(&files(&dump)[0]);
+        let stop = fields(&kprof_at(&kprof, None, &["stop", &p]));
+        check_profile(&files(&stop)[0]);
+
+        // As nobody, the user that owns the namespace: a new session, then attach again.
+        let start = fields(&kprof_at(&kprof, Some(NOBODY), &["start", &p, "interval=1ms,file=/tmp/owner.collapsed"]));
+        assert_eq!(start["state"], "running", "{start:?}");
+        let again = fields(&kprof_at(&kprof, Some(NOBODY), &["attach", &p, "interval=1ms,file=/tmp/owner2.collapsed"]));
+        assert_eq!(again["state"], "running", "{again:?}");
+        std::thread::sleep(Duration::from_millis(500));
+        let status = fields(&kprof_at(&kprof, Some(NOBODY), &["status", &p]));
+        assert!(status["samples"].parse::<u64>().unwrap() > 0, "{status:?}");
+        let stop = fields(&kprof_at(&kprof, Some(NOBODY), &["stop", &p]));
+        assert_eq!(files(&stop), vec![PathBuf::from(format!("/proc/{pid}/root/tmp/owner2.collapsed"))]);
+        check_profile(&files(&stop)[0]);
+        assert_still_reporting(&service, pid, since);
+        assert!(!service.stdout().contains("Full thread dump"), "the JVM printed a thread dump");
+    });
+}
+
+/// Two JVMs in two PID namespaces, both pid 1 there, sharing one /tmp (two containers of a pod sharing a
+/// volume there): each gets its own agent and each kprof command reaches the JVM it names.
+#[test]
+fn two_jvms_with_the_same_pid_sharing_tmp_keep_their_own_agents() {
+    require_root();
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("attach-shared-tmp-{}", jdk.label()));
+        let shared = dir.join("tmp");
+        std::fs::create_dir_all(&shared).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let start = |name: &str| {
+            let script = format!(
+                "mount --bind {} /tmp && exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups {} -cp {} \
+                 {SERVICE}",
+                shared.display(),
+                jdk.java().display(),
+                harness_classes().display()
+            );
+            let mut cmd = Command::new("unshare");
+            cmd.args(["--pid", "--mount", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &script]);
+            let mut service = Background::spawn(cmd);
+            service.wait_line("'service: started'", Duration::from_secs(60), |l| l.starts_with("service: started"));
+            let pid = descendant_java(service.child.id());
+            service.also_kill.push(pid);
+            eprintln!("{name}: pid {pid}");
+            (service, pid)
+        };
+        let (a, pid_a) = start("a");
+        let (b, pid_b) = start("b");
+        let (pa, pb) = (pid_a.to_string(), pid_b.to_string());
+        let since = Instant::now();
+        let fa = fields(&kprof_at(&kprof_bin(), None, &["attach", &pa, "interval=1ms,file=/tmp/a.collapsed"]));
+        let fb = fields(&kprof_at(&kprof_bin(), None, &["attach", &pb, "interval=7ms,file=/tmp/b.collapsed"]));
+        assert_eq!((fa["interval"].as_str(), fb["interval"].as_str()), ("1ms", "7ms"));
+        let sockets: Vec<String> = std::fs::read_dir(shared.join(format!(".kprof-{NOBODY}")))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".sock"))
+            .collect();
+        assert_eq!(sockets.len(), 2, "{sockets:?}");
+        std::thread::sleep(Duration::from_millis(500));
+        for (p, interval, file) in [(&pa, "1ms", "a.collapsed"), (&pb, "7ms", "b.collapsed")] {
+            let status = fields(&kprof_at(&kprof_bin(), None, &["status", p]));
+            assert_eq!(status["interval"], interval, "pid {p}: {status:?}");
+            let stop = fields(&kprof_at(&kprof_bin(), None, &["stop", p]));
+            assert_eq!(files(&stop), vec![PathBuf::from(format!("/proc/{p}/root/tmp/{file}"))]);
+            check_profile(&shared.join(file));
+        }
+        assert_still_reporting(&a, pid_a, since);
+        assert_still_reporting(&b, pid_b, since);
     });
 }

@@ -624,8 +624,6 @@ fn bad_option_values_stop_the_jvm_with_one_line() {
         ("callsite=maybe", "kprof: bad option 'callsite=maybe': accepted: on | off"),
         ("include=", "kprof: bad option 'include=': accepted: class pattern"),
         ("exclude", "kprof: bad option 'exclude=': accepted: class pattern"),
-        ("stack=deep", "kprof: bad option 'stack=deep': accepted: reified | walk | auto"),
-        ("stack=walk,callsite=on", "kprof: bad option 'stack=walk': callsite=on needs stack=reified"),
     ] {
         let run = run_verified(jdk, Some(&format!("mode=bytecode,{opts}")), &[], "kprof.harness.Deterministic", &[]);
         assert!(!run.status.success(), "{opts}: the JVM started");
@@ -714,6 +712,76 @@ fn samples_split_between_caller_callee_and_leaf_as_their_bytecodes() {
             ["CallSplit.main", "CallSplit.caller", "CallSplit.mid", "CallSplit.leaf"].starts_with(&names)
         });
         assert_eq!(nested as f64, total + leaf_is("main"), "{}: samples outside main;caller;mid;leaf", jdk.label());
+    });
+}
+
+/// Same program, same input, same profile, through first-time linkage of lambdas, method references,
+/// string switches, records, string concatenation, a ClassValue and a ThreadLocal. Not in the default run
+/// yet: on JDK 17 about one run in ten still differs in one sample under a record's `toString`
+/// (docs/bytecode.md, "Determinism through first-time linkage"); run it with `--ignored`.
+#[test]
+#[ignore = "one run in ten still differs on JDK 17 (records' toString): open"]
+fn first_time_linkage_gives_the_same_profile_in_ten_runs() {
+    // Method references and lambdas linked inside the profiled methods, records' toString/equals/hashCode,
+    // string concatenation through StringConcatFactory, a string switch, a ClassValue and a ThreadLocal with
+    // an initial value: the JDK links and initializes them on first use through java.lang.invoke, whose
+    // caches follow identity hashes and other threads; the profile must not.
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-linkage-{}", jdk.label()));
+        let mut first: Option<(Vec<u8>, String)> = None;
+        for i in 0..10 {
+            let (run, file) = profile(jdk, &dir, &format!("r{i}"), "gran=10000", &[], "kprof.harness.Linkage", &[]);
+            let line = program_line(program_output(&run), "linkage:");
+            assert_eq!(line["rounds"], "3", "{}: {}", jdk.label(), run.stdout);
+            let text = std::fs::read(&file).unwrap();
+            assert!(read_collapsed(&file).iter().map(|(_, n)| n).sum::<u64>() > 5000, "{}: few samples", jdk.label());
+            match &first {
+                None => first = Some((text, program_output(&run).to_string())),
+                Some((text0, out0)) => {
+                    assert_eq!(out0, program_output(&run), "{}: the program's output differs", jdk.label());
+                    if *text0 != text {
+                        let a = String::from_utf8_lossy(text0);
+                        let b = String::from_utf8_lossy(&text);
+                        let only_a: Vec<_> = a.lines().filter(|l| !b.contains(l)).take(5).collect();
+                        panic!(
+                            "{}: run {i} gives another profile than run 0 ({}); lines only in run 0:\n{}",
+                            jdk.label(),
+                            file.display(),
+                            only_a.join("\n")
+                        );
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// An attached bytecode session (states found through the runtime's thread table, not Thread fields) in a
+/// program whose threads start and end all the time: a thread ending (which releases its state) and one
+/// starting to count (which makes its state) take the runtime's two locks; they must never wait on each
+/// other. The program must run to its end.
+#[test]
+fn threads_starting_and_ending_in_an_attached_session_never_deadlock() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bytecode-churn-attach-{}", jdk.label()));
+        let mut cmd = Command::new(jdk.java());
+        cmd.arg("-cp").arg(harness_classes()).args(["kprof.harness.ThreadChurn", "12000"]);
+        let program = Background::spawn(cmd);
+        let pid = program.child.id().to_string();
+        let opts = format!("mode=bytecode,file={}", dir.join("churn.collapsed").display());
+        let mut attached = false;
+        for _ in 0..100 {
+            let run = kprof_at(&kprof_bin(), None, &["attach", &pid, &opts]);
+            if run.status.success() {
+                attached = true;
+                break;
+            }
+            assert!(run.stderr.contains("still starting"), "{}: {}", jdk.label(), run.stderr);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(attached, "{}: never attached", jdk.label());
+        let line = program.wait_line("'threadchurn:'", Duration::from_secs(600), |l| l.starts_with("threadchurn:"));
+        assert!(line.contains("threads=12000"), "{}: {line}", jdk.label());
     });
 }
 

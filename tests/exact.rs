@@ -615,3 +615,57 @@ fn bad_options_stop_the_jvm_with_one_line() {
         assert!(lines[0].contains(needle), "{opts}: {}", lines[0]);
     }
 }
+
+/// A dump merges every live thread's tree while other threads start and end: a thread that starts counting
+/// meanwhile does not wait for the dump's merges. Sixteen threads hold trees of 32,767 contexts each; the
+/// program starts short threads one after another (each waits for the one before to end) while `kprof dump`
+/// runs. In the second quarter of the dump, which its merge fills (`merge_ms` of the dumped profile is most of
+/// it; writing the file comes last), short threads still start and end: none did while the merge held the
+/// threads' table locked.
+#[test]
+fn threads_start_and_end_while_a_dump_merges() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("exact-merge-stall-{}", jdk.label()));
+        let stop = dir.join("stop");
+        let agent = format!("mode=exact,include=kprof.harness.MergeStall,file={}", dir.join("end.json").display());
+        let mut cmd = Command::new(jdk.java());
+        cmd.arg(format!("-agentpath:{}={agent}", agent_lib().display()));
+        cmd.arg("-cp").arg(harness_classes()).arg("kprof.harness.MergeStall").args(["16", "14"]).arg(&stop);
+        let program = Background::spawn(cmd);
+        program.wait_line("'mergestall: ready'", Duration::from_secs(120), |l| l == "mergestall: ready");
+        let pid = program.child.id().to_string();
+        std::thread::sleep(Duration::from_millis(300));
+        let dumped = dir.join("dump.json");
+        let opts = format!("file={}", dumped.display());
+        let t0 = monotonic_ns();
+        kprof_at(&kprof_bin(), None, &["dump", &pid, &opts]).assert_ok();
+        let t1 = monotonic_ns();
+        let quarter = (t1 - t0) / 4;
+        std::fs::write(&stop, format!("{} {}", t0 + quarter, t0 + 2 * quarter)).unwrap();
+        let line = program.wait_line("the result", Duration::from_secs(60), |l| l.contains("in_window="));
+        let result = program_line(&line, "mergestall:");
+        let profile = read_profile(&dumped).unwrap_or_else(|e| panic!("{e}"));
+        let merge_ms = profile.meta.counters["merge_ms"];
+        let dump_ms = (t1 - t0) / 1_000_000;
+        eprintln!("{}: the dump took {dump_ms} ms (merges so far: {merge_ms} ms): {result:?}", jdk.label());
+        assert!(
+            merge_ms * 10 >= dump_ms * 7,
+            "{}: the merge is too small a part of the dump to show anything",
+            jdk.label()
+        );
+        let during: u64 = result["in_window"].parse().unwrap();
+        assert!(
+            during >= 3,
+            "{}: {during} threads started and ended in the second quarter of a {dump_ms} ms dump",
+            jdk.label()
+        );
+    });
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, the clock of Java's `System.nanoTime` on Linux.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a live timespec the call writes.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

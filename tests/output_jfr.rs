@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use kprof_profile::output::jfr::{self, Emit, EventDef, FieldDef, FieldValue, Unit};
+use kprof_profile::output::jfr::{self, Contexts, Emit, EventDef, FieldDef, FieldValue, Unit};
 use kprof_profile::{descriptor_to_java, Frame, FrameKind, Meta, Metric, Profile};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -56,39 +56,100 @@ fn thread_and_stack(p: &Profile, node: u32, parents: &[u32]) -> (String, String)
     (thread, frames.iter().map(|&n| jfr_frame_name(frame(n))).collect::<Vec<_>>().join(";"))
 }
 
-/// The events kprof's recording of profile `p` must hold: one `jdk.ExecutionSample` per sample (asgct),
-/// one `kprof.BytecodeSample` per context with its samples and bytecodes (bytecode), one
-/// `kprof.CallCount` per context with its calls and bytecodes (exact).
+/// (event type, count, numeric field sums, attributes) of one context.
+type ExpectedEvent<'a> = (&'a str, u64, Vec<(&'a str, u64)>, String);
+
+/// The events kprof's recording of profile `p` must hold: one `jdk.ExecutionSample` per CPU sample (and
+/// per wall sample, with its state, when there is no CPU sample; `kprof.WallSample` with its weight when
+/// there is), one `jdk.ObjectAllocationSample` per allocation context with its bytes, one
+/// `jdk.JavaMonitorEnter` per monitor wait and one `jdk.ThreadPark` per park with their durations, one
+/// `kprof.BytecodeSample` per context with its samples and bytecodes (bytecode), one `kprof.CallCount`
+/// per context with its calls and bytecodes (exact). A leaf label that is a field (`[alloc C]`,
+/// `[lock C]`, `[park]`, `[state S]`) is not a frame of the event's stack.
 fn expected(p: &Profile) -> Seen {
     let parents = p.parents();
     let mut seen = Seen::new();
     for node in 0..p.nodes.len() as u32 {
         let v = |m: Metric| p.value(node, m);
-        let (ty, count, sums, attributes) = if p.has(Metric::Samples) {
-            if v(Metric::Samples) == 0 {
-                continue;
+        let path = p.path(node, &parents);
+        let frame = |n: u32| &p.frames[p.nodes[n as usize].frame as usize];
+        let leaf = path.last().map(|&n| frame(n));
+        let leaf_label = leaf.filter(|f| f.kind == FrameKind::Pseudo).map(|f| f.method.as_str()).unwrap_or("");
+        // The class a leaf names, as Class.getName() prints it.
+        let leaf_class = || match leaf {
+            Some(f) if f.kind == FrameKind::Pseudo => {
+                match leaf_label.strip_prefix('[').and_then(|l| l.strip_suffix(']')).and_then(|l| l.split_once(' ')) {
+                    Some((_, c)) => clean(&jfr::internal_class_name(c).replace('/', ".")),
+                    None => "null".to_string(),
+                }
             }
-            ("jdk.ExecutionSample", v(Metric::Samples), vec![], "state=STATE_RUNNABLE")
-        } else if p.has(Metric::BytecodeSamples) {
-            let (samples, bytecodes) = (v(Metric::BytecodeSamples), v(Metric::Bytecodes));
-            if samples == 0 && bytecodes == 0 {
-                continue;
-            }
-            ("kprof.BytecodeSample", 1, vec![("samples", samples), ("bytecodes", bytecodes)], "")
-        } else if p.has(Metric::Calls) {
-            let (calls, bytecodes) = (v(Metric::Calls), v(Metric::Bytecodes));
-            if calls == 0 && bytecodes == 0 {
-                continue;
-            }
-            ("kprof.CallCount", 1, vec![("calls", calls), ("bytecodes", bytecodes)], "")
-        } else {
-            continue;
+            Some(f) => f.class.clone(),
+            None => "null".to_string(),
         };
-        let (thread, stack) = thread_and_stack(p, node, &parents);
-        let e = seen.entry((ty.to_string(), thread, stack, attributes.to_string())).or_default();
-        e.0 += count;
-        for (k, v) in sums {
-            *e.1.entry(k.to_string()).or_default() += v;
+        let parked = path.iter().any(|&n| {
+            let f = frame(n);
+            (f.class == "java.util.concurrent.locks.LockSupport" && f.method.starts_with("park"))
+                || (f.method == "park" && f.class.ends_with(".Unsafe"))
+        });
+        let state = || jfr::thread_state(leaf_label).to_string();
+        let mut events: Vec<ExpectedEvent> = Vec::new();
+        if v(Metric::Samples) > 0 {
+            events.push(("jdk.ExecutionSample", v(Metric::Samples), vec![], "state=STATE_RUNNABLE".into()));
+        }
+        if v(Metric::WallSamples) > 0 {
+            if p.has(Metric::Samples) {
+                let sums = vec![("weight", v(Metric::Wall))];
+                events.push(("kprof.WallSample", v(Metric::WallSamples), sums, format!("state={}", state())));
+            } else {
+                events.push(("jdk.ExecutionSample", v(Metric::WallSamples), vec![], format!("state={}", state())));
+            }
+        }
+        if v(Metric::AllocBytes) > 0 {
+            let sums = vec![("weight", v(Metric::AllocBytes))];
+            events.push(("jdk.ObjectAllocationSample", 1, sums, format!("objectClass={}", leaf_class())));
+        }
+        if v(Metric::LockCount) > 0 {
+            let sums = vec![("duration", v(Metric::LockNs))];
+            if parked {
+                events.push(("jdk.ThreadPark", v(Metric::LockCount), sums, format!("parkedClass={}", leaf_class())));
+            } else {
+                events.push((
+                    "jdk.JavaMonitorEnter",
+                    v(Metric::LockCount),
+                    sums,
+                    format!("monitorClass={}", leaf_class()),
+                ));
+            }
+        }
+        if p.has(Metric::BytecodeSamples) && (v(Metric::BytecodeSamples) > 0 || v(Metric::Bytecodes) > 0) {
+            let sums = vec![("samples", v(Metric::BytecodeSamples)), ("bytecodes", v(Metric::Bytecodes))];
+            events.push(("kprof.BytecodeSample", 1, sums, String::new()));
+        }
+        if p.has(Metric::Calls) && (v(Metric::Calls) > 0 || v(Metric::Bytecodes) > 0) {
+            events.push((
+                "kprof.CallCount",
+                1,
+                vec![("calls", v(Metric::Calls)), ("bytecodes", v(Metric::Bytecodes))],
+                String::new(),
+            ));
+        }
+        if events.is_empty() {
+            continue;
+        }
+        let (thread, mut stack) = thread_and_stack(p, node, &parents);
+        if jfr::is_field_label(leaf_label) {
+            // The leaf label is a field, not a frame.
+            stack = match stack.rsplit_once(';') {
+                Some((above, _)) => above.to_string(),
+                None => String::new(),
+            };
+        }
+        for (ty, count, sums, attributes) in events {
+            let e = seen.entry((ty.to_string(), thread.clone(), stack.clone(), attributes)).or_default();
+            e.0 += count;
+            for (k, v) in sums {
+                *e.1.entry(k.to_string()).or_default() += v;
+            }
         }
     }
     seen
@@ -376,6 +437,44 @@ fn exact_counts_are_one_event_per_context_with_calls_and_bytecodes() {
     });
 }
 
+/// CPU samples, allocations, monitor waits and parks of one run (`mode=asgct+alloc+lock`) as the JDK's
+/// own event types, each with kprof's stacks, classes and durations.
+#[test]
+fn cpu_allocation_and_lock_events_of_one_run_are_the_jdks_events() {
+    for_each_jdk(|jdk| {
+        let opts = "mode=asgct+alloc+lock,interval=1ms,alloc=1k,lock=0,threads=on";
+        let (p, _) = profile_and_check(jdk, "cpu-alloc-lock", opts, &[], "kprof.harness.LockSites", &["20"]);
+        let t = totals(&expected(&p));
+        for ty in ["jdk.ExecutionSample", "jdk.ObjectAllocationSample", "jdk.JavaMonitorEnter", "jdk.ThreadPark"] {
+            assert!(t.get(ty).is_some_and(|&n| n > 0), "{}: no {ty}: {t:?}", jdk.label());
+        }
+        let want = expected(&p);
+        let monitor_classes: std::collections::BTreeSet<&str> =
+            want.keys().filter(|k| k.0 == "jdk.JavaMonitorEnter").map(|k| k.3.as_str()).collect();
+        assert!(monitor_classes.contains("monitorClass=java.lang.Object"), "{}: {monitor_classes:?}", jdk.label());
+        assert!(
+            want.keys().any(|k| k.0 == "jdk.ThreadPark" && k.3.contains("ReentrantLock")),
+            "{}: no park on the ReentrantLock",
+            jdk.label()
+        );
+    });
+}
+
+/// Wall-clock samples are execution samples with the state the thread was in.
+#[test]
+fn wall_samples_are_execution_samples_with_their_thread_state() {
+    for_each_jdk(|jdk| {
+        let (p, _) =
+            profile_and_check(jdk, "wall", "mode=wall,interval=5ms,threads=on", &[], "kprof.harness.WallSplit", &["2"]);
+        let want = expected(&p);
+        let states: std::collections::BTreeSet<&str> =
+            want.keys().filter(|k| k.0 == "jdk.ExecutionSample").map(|k| k.3.as_str()).collect();
+        for s in ["state=STATE_RUNNABLE", "state=STATE_SLEEPING", "state=STATE_PARKED", "state=STATE_IN_OBJECT_WAIT"] {
+            assert!(states.contains(s), "{}: no {s}: {states:?}", jdk.label());
+        }
+    });
+}
+
 /// A profile with the names that trip readers up: non-ASCII and very long names, inner, hidden and
 /// array classes, the unnamed package, lambdas, constructors, a frame without descriptor, native and
 /// pseudo-frames, thread names with separators, a 600-deep stack, and contexts at a thread root and
@@ -483,6 +582,8 @@ const ALLOC_AND_LOCK: &[EventDef] = &[
         description: "",
         category: &["Java Application"],
         applies: Metric::AllocCount,
+        requires: None,
+        contexts: Contexts::All,
         emit: Emit::PerUnit(Metric::AllocCount),
         thread_field: "eventThread",
         duration: None,
@@ -502,6 +603,8 @@ const ALLOC_AND_LOCK: &[EventDef] = &[
         description: "",
         category: &["Java Application"],
         applies: Metric::LockCount,
+        requires: None,
+        contexts: Contexts::All,
         emit: Emit::PerUnit(Metric::LockCount),
         thread_field: "eventThread",
         duration: Some(Metric::LockNs),
@@ -546,16 +649,11 @@ fn rows_for_allocation_and_lock_events_are_read_as_the_jdks_events() {
     let alloc = "jdk.ObjectAllocationSample";
     let lock = "jdk.JavaMonitorEnter";
     let want: Seen = [
-        entry(alloc, ";kprof.[alloc byte[]]()void", "objectClass=[B", 3, &[("weight", 3001)]),
-        entry(
-            alloc,
-            ";kprof.[alloc java.lang.String[][]]()void",
-            "objectClass=[[Ljava.lang.String_",
-            1,
-            &[("weight", 24)],
-        ),
+        // The allocated class is a field of the event, not a frame of its stack.
+        entry(alloc, "", "objectClass=[B", 3, &[("weight", 3001)]),
+        entry(alloc, "", "objectClass=[[Ljava.lang.String_", 1, &[("weight", 24)]),
         entry(alloc, "", "objectClass=a.Work", 2, &[("weight", 7)]),
-        entry(lock, ";kprof.[alloc byte[]]()void", "monitorClass=[B", 2, &[("duration", 3001)]),
+        entry(lock, "", "monitorClass=[B", 2, &[("duration", 3001)]),
         entry(lock, "", "monitorClass=a.Work", 1, &[("duration", 7)]),
     ]
     .into_iter()

@@ -49,8 +49,15 @@ struct Report {
     by_self: Vec<String>,
 }
 
-/// The column where a report row's method name starts (rank, two percentages, the count).
-const REPORT_NAME_COLUMN: usize = 39;
+/// A report row's method name: what follows its rank, two percentages and the count (a wide count
+/// moves it right, so it is found after the fourth field, not at a column).
+fn report_name(row: &str) -> String {
+    let mut rest = row.trim_start();
+    for _ in 0..4 {
+        rest = rest[rest.find(char::is_whitespace).unwrap_or(rest.len())..].trim_start();
+    }
+    rest.to_string()
+}
 
 fn number(text: &str) -> u64 {
     text.replace(',', "").parse().unwrap_or_else(|_| panic!("not a whole number: {text}"))
@@ -73,7 +80,7 @@ fn kprof_report(file: &Path, metric: Metric) -> Report {
             .lines()
             .skip(2)
             .take_while(|l| !l.is_empty())
-            .map(|l| (l[REPORT_NAME_COLUMN..].to_string(), number(l.split_whitespace().nth(3).unwrap())))
+            .map(|l| (report_name(l), number(l.split_whitespace().nth(3).unwrap())))
             .collect()
     };
     let by_self = table("TOP METHODS BY SELF");
@@ -325,9 +332,88 @@ fn go_pprof_and_speedscope_read_real_profiles_as_kprof_report_does() {
         for m in [Metric::BytecodeSamples, Metric::Bytecodes, Metric::Samples, Metric::Cpu] {
             assert!(metrics.contains(&m), "{}: {metrics:?}", multi.what);
         }
-        for run in [&cpu, &multi] {
+        // Wall-clock samples (with their state labels) and exact call counts through the same readers.
+        let wall = profile_split3(jdk, &dir, "wall", "mode=wall,interval=5ms", "1");
+        let exact = profile_split3(jdk, &dir, "exact", "mode=exact", "0.5");
+        for run in [&cpu, &multi, &wall, &exact] {
             check_with_go_pprof(run);
             check_with_speedscope(run, &dir);
+        }
+    });
+}
+
+/// The result line of a workload (`NAME: ok k=v ...`) without its timings (`*_s`), which differ run to run.
+fn workload_result(stdout: &str, name: &str) -> String {
+    let line =
+        stdout.lines().find(|l| l.starts_with(&format!("{name}: ok"))).unwrap_or_else(|| panic!("{name}: {stdout}"));
+    line.split_whitespace()
+        .filter(|t| !t.split_once('=').is_some_and(|(k, _)| k.ends_with("_s")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs the workload script `name` with `agent` options (none: without the agent).
+fn run_workload(jdk: &Jdk, name: &str, agent: Option<&str>) -> Run {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::var("KPROF_WORKLOADS").map_or_else(|_| root.join("../shared/workloads"), PathBuf::from);
+    let mut cmd = Command::new(dir.join(format!("{name}.sh")));
+    cmd.env("JAVA", jdk.java());
+    // A third of the default requests: the profile still has thousands of contexts, and the test stays short.
+    cmd.env("TOMCAT_REQUESTS", "500");
+    match agent {
+        Some(opts) => cmd.env("JAVA_OPTS", format!("-agentpath:{}={opts}", agent_lib().display())),
+        None => cmd.env_remove("JAVA_OPTS"),
+    };
+    let run = run_with_timeout(cmd, std::time::Duration::from_secs(600));
+    assert!(run.status.success(), "{}: {name} failed:\n{}\n{}", jdk.label(), run.stdout, run.stderr);
+    run
+}
+
+/// A real workload (Tomcat serving its examples to ApacheBench: threads, allocation, locks) with CPU,
+/// allocation and lock profiling at once prints the result it prints without kprof, and its JSON, pprof
+/// and flame graph carry all six metrics: Go's pprof agrees with `kprof report` on each, and the flame
+/// graph's metric selector offers each in Chromium.
+#[test]
+fn a_real_workload_profiled_for_cpu_allocation_and_locks_at_once_is_unharmed_and_every_output_has_every_metric() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("readers-workload-{}", jdk.label()));
+        let files = RunFiles {
+            what: format!("{} tomcat asgct+alloc+lock", jdk.label()),
+            json: dir.join("t.json"),
+            pprof: dir.join("t.pb.gz"),
+            collapsed: dir.join("t.collapsed"),
+        };
+        let html = dir.join("t.html");
+        let opts = format!(
+            "mode=asgct+alloc+lock,interval=5ms,file={},file={},file={},file={}",
+            files.json.display(),
+            files.pprof.display(),
+            files.collapsed.display(),
+            html.display()
+        );
+        let without = run_workload(jdk, "tomcat", None);
+        let with = run_workload(jdk, "tomcat", Some(&opts));
+        assert_eq!(
+            workload_result(&with.stdout, "tomcat"),
+            workload_result(&without.stdout, "tomcat"),
+            "{}",
+            files.what
+        );
+        // The workload keeps the JVM's output in its own log; the profile's metrics show the agent ran.
+        let metrics = read_profile(&files.json).unwrap().metrics();
+        let all =
+            [Metric::Samples, Metric::Cpu, Metric::AllocCount, Metric::AllocBytes, Metric::LockCount, Metric::LockNs];
+        assert_eq!(metrics, all, "{}", files.what);
+        check_with_go_pprof(&files);
+        check_with_speedscope(&files, &dir);
+        let dom = dump_dom(&format!("file://{}", html.display()), &dir.join("chromium-profile"));
+        for m in all {
+            assert!(
+                dom.contains(&format!(">{} (", m.name())),
+                "{}: no {} in the metric selector",
+                files.what,
+                m.name()
+            );
         }
     });
 }

@@ -1,13 +1,14 @@
 //! The client of the agent's control channel: a Unix stream socket at `/tmp/.kprof-<uid>/<nspid>.sock`
-//! inside the target's mount namespace (uid: the target's effective uid; nspid: its pid in its own PID
-//! namespace). One request per connection: the line `COMMAND[ OPTIONS]\n`, then the client shuts its
+//! inside the target's mount namespace (uid: the target's effective uid in its own user namespace; nspid:
+//! its pid in its own PID namespace; see [`connect`] for the other names the socket may have). One request per connection: the line `COMMAND[ OPTIONS]\n`, then the client shuts its
 //! write half and reads to the end. The reply's last line is `ok[ key=value ...]` or `error <message>`.
 
+use super::inside::TargetFs;
+use super::sys;
 use super::target::Target;
-use std::fs;
+use kprof_protocol::control as agent;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -17,127 +18,105 @@ pub fn socket_path(uid: u32, nspid: u32) -> String {
     kprof_protocol::control::socket_path(uid, nspid).to_string_lossy().into_owned()
 }
 
-/// A successful reply: the `key=value` pairs of its `ok` line, in order, and any lines before it.
-#[derive(Clone, Default, PartialEq, Eq, Debug)]
-pub struct Reply {
-    pub fields: Vec<(String, String)>,
-    pub notes: Vec<String>,
-}
+pub use kprof_protocol::control::{parse_reply, Reply};
 
-impl Reply {
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.fields.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
-    }
+/// How long a connect may wait for a listener whose queue is full.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-    /// The `files=` list (comma-separated paths inside the target's namespace).
-    pub fn files(&self) -> Vec<String> {
-        self.get("files")
-            .map(|f| f.split(',').filter(|p| !p.is_empty()).map(str::to_string).collect())
-            .unwrap_or_default()
+/// Connects to the control socket of the agent in `target`. The agent binds `<nspid>.sock` in the directory
+/// of its uid (as the target sees its uid: see [`Target::ns_uid`]), or, when a live agent of another JVM
+/// with the same pid in its own namespace holds that name (JVMs in different PID namespaces sharing one
+/// /tmp), `<nspid>.<k>.sock`: each candidate is a socket of the target's user, and the one whose listener
+/// is the target itself (`SO_PEERCRED`, in this PID namespace) is the target's. Run as the target's user
+/// or root.
+pub fn connect(target: &Target) -> Result<UnixStream, String> {
+    let inside = socket_path(target.ns_uid, target.nspid);
+    let fs = TargetFs::open(target)?;
+    let dir = agent::socket_dir(target.ns_uid).to_string_lossy().into_owned();
+    let mut names = vec![agent::socket_name(target.nspid, 1)];
+    if let Ok(all) = fs.names(&dir) {
+        let mut others: Vec<(u32, String)> = all
+            .into_iter()
+            .filter_map(|n| {
+                let k = n.strip_prefix(&format!("{}.", target.nspid))?.strip_suffix(".sock")?.parse().ok()?;
+                (k > 1).then_some((k, n))
+            })
+            .collect();
+        others.sort();
+        names.extend(others.into_iter().map(|(_, n)| n));
     }
-}
-
-/// Parses a reply. Err: the agent's `error` message, or a description of a malformed reply.
-pub fn parse_reply(text: &str) -> Result<Reply, String> {
-    let mut lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let last = lines.pop().ok_or("the agent closed the connection without replying")?;
-    let notes = lines.iter().map(|l| l.to_string()).collect();
-    if let Some(msg) = last.strip_prefix("error") {
-        return Err(msg.trim().to_string());
-    }
-    let rest = last.strip_prefix("ok").ok_or_else(|| format!("unexpected reply from the agent: {last:?}"))?;
-    if !rest.is_empty() && !rest.starts_with(' ') {
-        return Err(format!("unexpected reply from the agent: {last:?}"));
-    }
-    let mut fields: Vec<(String, String)> = Vec::new();
-    for token in rest.split(' ').filter(|t| !t.is_empty()) {
-        match token.split_once('=') {
-            Some((k, v)) => fields.push((k.to_string(), v.to_string())),
-            // A value with a space in it (a file name): the word belongs to the previous value.
-            None => match fields.last_mut() {
-                Some((_, v)) => {
-                    v.push(' ');
-                    v.push_str(token);
-                }
-                None => return Err(format!("unexpected reply from the agent: {last:?}")),
+    let mut others = Vec::new();
+    let mut first_error = None;
+    for name in names {
+        let path = format!("{dir}/{name}");
+        match fs.connect(&path, target.creds.uid, CONNECT_TIMEOUT) {
+            Ok(stream) => match sys::peer_pid(&stream) {
+                Some(pid) if pid == target.pid => return Ok(stream),
+                pid => others.push(format!("{path} is pid {}'s", pid.unwrap_or(0))),
             },
+            Err(e) => {
+                if first_error.is_none() {
+                    first_error = Some((path, e));
+                }
+            }
         }
     }
-    Ok(Reply { fields, notes })
+    if !others.is_empty() {
+        return Err(format!(
+            "no kprof agent in pid {} (the agent sockets in its /tmp belong to other processes with its pid in \
+             their namespaces: {}); load one with `kprof attach`",
+            target.pid,
+            others.join(", ")
+        ));
+    }
+    Err(match first_error {
+        Some((_, e)) if e.kind() == io::ErrorKind::NotFound => {
+            format!("no kprof agent in pid {} (no {inside} in its namespace); load one with `kprof attach`", target.pid)
+        }
+        Some((path, e)) if e.kind() == io::ErrorKind::ConnectionRefused => format!(
+            "the kprof agent of pid {} does not answer on {path} (a stale socket of an exited JVM?)",
+            target.pid
+        ),
+        Some((path, e)) if e.kind() == io::ErrorKind::PermissionDenied => {
+            format!("{path} in pid {} is not the agent's socket ({e})", target.pid)
+        }
+        Some((path, e)) => format!("cannot connect to the agent of pid {} ({path}): {e}", target.pid),
+        None => format!("no kprof agent in pid {} (no {inside} in its namespace)", target.pid),
+    })
 }
 
-/// Whether an agent's control socket exists in `target` (without connecting).
+/// Whether an agent of `target` answers on a control socket (a connection is made and closed at once).
 pub fn present(target: &Target) -> io::Result<bool> {
-    match fs::symlink_metadata(target.in_root(&socket_path(target.creds.uid, target.nspid))) {
-        Ok(m) => Ok(m.file_type().is_socket()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
+    TargetFs::open(target).map_err(io::Error::other)?;
+    Ok(connect(target).is_ok())
 }
 
 /// Sends `line` (a command and its options, without the newline) to the agent in `target` and returns its
 /// reply. Run as the target's user or root.
 pub fn send(target: &Target, line: &str, timeout: Duration) -> Result<Reply, String> {
-    let inside = socket_path(target.creds.uid, target.nspid);
-    let path = target.in_root(&inside);
-    let meta = fs::symlink_metadata(&path).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => {
-            format!("no kprof agent in pid {} (no {inside} in its namespace); load one with `kprof attach`", target.pid)
-        }
-        _ => format!("cannot reach the agent's socket {}: {e}", path.display()),
-    })?;
-    if !meta.file_type().is_socket() || meta.uid() != target.creds.uid {
-        return Err(format!(
-            "{inside} in pid {} is not the agent's socket (not a socket of uid {})",
-            target.pid, target.creds.uid
-        ));
-    }
-    let mut stream = UnixStream::connect(&path).map_err(|e| match e.kind() {
-        io::ErrorKind::ConnectionRefused => {
-            format!(
-                "the kprof agent of pid {} does not answer on {inside} (a stale socket of an exited JVM?)",
-                target.pid
-            )
-        }
-        _ => format!("cannot connect to the agent of pid {}: {e}", target.pid),
-    })?;
+    let mut stream = connect(target)?;
     stream.set_read_timeout(Some(timeout)).and_then(|_| stream.set_write_timeout(Some(timeout))).ok();
     stream
         .write_all(format!("{line}\n").as_bytes())
         .and_then(|_| stream.shutdown(Shutdown::Write))
         .map_err(|e| format!("cannot send to the agent of pid {}: {e}", target.pid))?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).map_err(|e| match e.kind() {
+    // A reply is one short line and a few notes: more than this is no agent's.
+    let mut reply = Vec::new();
+    stream.take(REPLY_CAP).read_to_end(&mut reply).map_err(|e| match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
             format!("no reply from the agent of pid {} within {:.0} s", target.pid, timeout.as_secs_f64())
         }
         _ => format!("cannot read the agent's reply: {e}"),
     })?;
-    parse_reply(&reply)
+    parse_reply(&String::from_utf8_lossy(&reply))
 }
+
+/// The most bytes of a reply kprof reads.
+const REPLY_CAP: u64 = 1 << 20;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn replies_parse_into_fields_and_errors() {
-        let r = parse_reply(
-            "ok state=running mode=asgct timer=perf interval=1ms samples=12 files=/tmp/a.html,/tmp/b.json\n",
-        )
-        .unwrap();
-        assert_eq!(r.get("state"), Some("running"));
-        assert_eq!(r.get("samples"), Some("12"));
-        assert_eq!(r.files(), vec!["/tmp/a.html", "/tmp/b.json"]);
-        assert_eq!(parse_reply("ok\n").unwrap(), Reply::default());
-        let noted = parse_reply("kprof: wrote 2 files\nok files=/x/my profile.html state=stopped").unwrap();
-        assert_eq!(noted.notes, vec!["kprof: wrote 2 files"]);
-        assert_eq!(noted.files(), vec!["/x/my profile.html"]);
-        assert_eq!(parse_reply("error interval: '0ms' is below 10us\n").unwrap_err(), "interval: '0ms' is below 10us");
-        assert!(parse_reply("").is_err());
-        assert!(parse_reply("okay").is_err());
-        assert!(parse_reply("hello").is_err());
-    }
 
     #[test]
     fn the_socket_path_is_per_user_and_namespace_pid() {

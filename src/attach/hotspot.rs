@@ -15,14 +15,12 @@
 //!
 //! JDK 17 builds before the "return code:" prefix was backported print the bare number on the second line.
 
+use super::inside::TargetFs;
 use super::sys;
 use super::target::Target;
-use std::fs;
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// HotSpot's limit on the length of one request argument.
@@ -55,6 +53,12 @@ pub fn parse_load_reply(reply: &[u8]) -> LoadReply {
     }
 }
 
+/// The message for an attach argument past [`ARG_MAX`]: its start (whole characters) and its length.
+pub fn too_long(arg: &str) -> String {
+    let shown: String = arg.chars().take(40).collect();
+    format!("'{shown}…' is {} bytes long, more than the {ARG_MAX} bytes HotSpot accepts", arg.len())
+}
+
 /// The request bytes of `command` with up to three arguments.
 pub fn request(command: &str, args: &[&str]) -> Result<Vec<u8>, String> {
     let mut out = b"1\0".to_vec();
@@ -63,7 +67,7 @@ pub fn request(command: &str, args: &[&str]) -> Result<Vec<u8>, String> {
     for i in 0..3 {
         let arg = args.get(i).copied().unwrap_or("");
         if arg.len() > ARG_MAX {
-            return Err(format!("'{}…' is longer than the {ARG_MAX} bytes HotSpot accepts", &arg[..40.min(arg.len())]));
+            return Err(too_long(arg));
         }
         if arg.contains('\0') {
             return Err("an attach argument contains a NUL byte".into());
@@ -74,55 +78,73 @@ pub fn request(command: &str, args: &[&str]) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// The listener socket of `target` as seen from here.
-pub fn socket_path(target: &Target) -> PathBuf {
-    target.in_root(&format!("/tmp/.java_pid{}", target.nspid))
+/// The listener socket of `target`, as a path of its namespace.
+pub fn socket_inside(target: &Target) -> String {
+    format!("/tmp/.java_pid{}", target.nspid)
+}
+
+/// How long a connect may wait for a listener whose queue is full.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether a listener socket of the target's user is there (no connection made).
+pub fn listener_present(target: &Target) -> bool {
+    TargetFs::open(target).is_ok_and(|fs| fs.is_socket_of(&socket_inside(target), target.creds.uid).unwrap_or(false))
 }
 
 /// Connects to the listener socket if one is up, owned by the target's user (a socket of another owner is
-/// not the JVM's: never send it anything).
-fn try_connect(target: &Target, path: &Path) -> io::Result<UnixStream> {
-    let meta = fs::symlink_metadata(path)?;
-    if !meta.file_type().is_socket() || meta.uid() != target.creds.uid {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("{} is not a socket of uid {}", path.display(), target.creds.uid),
-        ));
+/// not the JVM's: never send it anything) and listened on by the target itself: JVMs in different PID
+/// namespaces sharing one /tmp can have the same pid there, and so the same socket name.
+fn try_connect(target: &Target, fs: &TargetFs) -> io::Result<UnixStream> {
+    let stream = fs.connect(&socket_inside(target), target.creds.uid, CONNECT_TIMEOUT)?;
+    match sys::peer_pid(&stream) {
+        Some(pid) if pid == target.pid => Ok(stream),
+        pid => Err(io::Error::other(format!(
+            "it is the listener of another process ({})",
+            pid.filter(|&p| p != 0).map_or("not visible here".to_string(), |p| format!("pid {p}"))
+        ))),
     }
-    UnixStream::connect(path)
 }
 
-/// A trigger file kprof created, removed when dropped.
-struct Trigger(Option<PathBuf>);
+/// A trigger file kprof created (its directory and name), removed when dropped.
+struct Trigger(Option<(OwnedFd, String)>);
 
 impl Drop for Trigger {
     fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = fs::remove_file(p);
+        if let Some((dir, name)) = self.0.take() {
+            let _ = sys::unlinkat(&dir, &name);
         }
     }
 }
 
-/// Creates `.attach_pid<nspid>` in the target's working directory, else in its /tmp; never follows a
-/// symbolic link. An existing trigger of the target's user is used as it is (and left in place).
-fn create_trigger(target: &Target) -> Result<Trigger, String> {
+/// Creates `.attach_pid<nspid>` in the target's working directory, else in its /tmp (both reached inside
+/// the target, see [`TargetFs`]); never follows a symbolic link. An existing trigger of the target's user is
+/// used as it is (and left in place).
+fn create_trigger(target: &Target, fs: &TargetFs) -> Result<Trigger, String> {
     let name = format!(".attach_pid{}", target.nspid);
     let mut errors = Vec::new();
-    for dir in [target.cwd_dir(), target.in_root("/tmp")] {
-        let path = dir.join(&name);
-        let created = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path);
-        match created {
-            Ok(_) => return Ok(Trigger(Some(path))),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match fs::symlink_metadata(&path) {
-                Ok(m) if m.is_file() && m.uid() == target.creds.uid => return Ok(Trigger(None)),
-                _ => errors.push(format!("{}: exists and is not a file of uid {}", path.display(), target.creds.uid)),
-            },
-            Err(e) => errors.push(format!("{}: {e}", path.display())),
+    let tmp = fs.dir("/tmp");
+    let dirs = [("its working directory", fs.cwd().map(|d| d.try_clone()).transpose()), ("/tmp", tmp.map(Some))];
+    for (shown, dir) in dirs {
+        let dir = match dir {
+            Ok(Some(d)) => d,
+            Ok(None) => continue,
+            Err(e) => {
+                errors.push(format!("{shown}: {e}"));
+                continue;
+            }
+        };
+        match sys::openat_nofollow(&dir, &name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600) {
+            Ok(_) => return Ok(Trigger(Some((dir, name)))),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let existing = sys::openat_nofollow(&dir, &name, libc::O_PATH, 0).and_then(|fd| sys::fstat(&fd));
+                match existing {
+                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == target.creds.uid => {
+                        return Ok(Trigger(None))
+                    }
+                    _ => errors.push(format!("{shown}/{name}: exists and is not a file of uid {}", target.creds.uid)),
+                }
+            }
+            Err(e) => errors.push(format!("{shown}/{name}: {e}")),
         }
     }
     Err(format!("cannot create the attach trigger file ({})", errors.join("; ")))
@@ -137,19 +159,25 @@ pub fn connect(
     timeout: Duration,
     signal_safe: Result<(), String>,
 ) -> Result<UnixStream, String> {
-    let path = socket_path(target);
-    if let Ok(stream) = try_connect(target, &path) {
-        return Ok(stream);
+    let fs = TargetFs::open(target)?;
+    let first_error = match try_connect(target, &fs) {
+        Ok(stream) => return Ok(stream),
+        Err(e) => e,
+    };
+    if let Err(refusal) = signal_safe {
+        return Err(match first_error.kind() {
+            io::ErrorKind::NotFound => refusal,
+            _ => format!("{refusal} ({}: {first_error})", socket_inside(target)),
+        });
     }
-    signal_safe?;
-    let trigger = create_trigger(target)?;
+    let trigger = create_trigger(target, &fs)?;
     sys::pidfd_send_signal(pidfd, libc::SIGQUIT).map_err(|e| match e.raw_os_error() {
         Some(libc::ESRCH) => format!("pid {} exited", target.pid),
         _ => format!("cannot signal pid {}: {e}", target.pid),
     })?;
     let start = Instant::now();
     loop {
-        let last_error = match try_connect(target, &path) {
+        let last_error = match try_connect(target, &fs) {
             Ok(stream) => {
                 drop(trigger);
                 return Ok(stream);
@@ -161,10 +189,10 @@ pub fn connect(
         }
         if start.elapsed() >= timeout {
             return Err(format!(
-                "the JVM did not start its attach listener within {:.1} s ({}: {last_error}); it may run with \
-                 -XX:+DisableAttachMechanism or be too busy",
+                "the JVM did not start its attach listener within {:.1} s ({} in its namespace: {last_error}); it \
+                 may run with -XX:+DisableAttachMechanism or be too busy",
                 timeout.as_secs_f64(),
-                path.display()
+                socket_inside(target)
             ));
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -220,5 +248,9 @@ mod tests {
         assert_eq!(request("load", &["/l.so", "true", "a=b"]).unwrap(), b"1\0load\0/l.so\0true\0a=b\0");
         assert_eq!(request("properties", &[]).unwrap(), b"1\0properties\0\0\0\0");
         assert!(request("load", &["/l.so", "true", &"x".repeat(ARG_MAX + 1)]).is_err());
+        // Cut at 40 characters, not 40 bytes (which would fall inside a character here).
+        let accented = format!("file=/tmp/{}.html", "é".repeat(600));
+        let e = request("load", &["/l.so", "true", &accented]).unwrap_err();
+        assert!(e.starts_with("'file=/tmp/ééé") && e.contains("1215 bytes long"), "{e}");
     }
 }

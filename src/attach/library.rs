@@ -1,8 +1,10 @@
 //! Making the agent library loadable by the target. The JVM opens the library by a path of its own mount
 //! namespace: kprof's own path when the target sees the same file there (and may read it), else a copy
 //! kprof puts in the target's `/tmp/.kprof-<uid>/` — a directory of the target's user, mode 0700, created
-//! and entered without following symbolic links, which the agent also uses for its control sockets.
+//! and entered without following symbolic links, which the agent also uses for its control sockets (uid
+//! as the target sees it).
 
+use super::inside::TargetFs;
 use super::sys;
 use super::target::Target;
 use std::fs::{self, File};
@@ -56,23 +58,15 @@ impl AgentLibrary {
     }
 }
 
-/// The target's root directory, opened (following the `/proc/PID/root` link to it).
-pub fn open_root(target: &Target) -> Result<OwnedFd, String> {
-    File::open(target.root_dir())
-        .map(OwnedFd::from)
-        .map_err(|e| format!("cannot open {}: {e}", target.root_dir().display()))
-}
-
-/// The private directory `/tmp/.kprof-<uid>` of the target's user inside the target's namespace, created
-/// if missing (run as that user, so it is theirs). Refused if /tmp or the directory is a symbolic link, or
-/// if the directory belongs to someone else or is open to others.
+/// The private directory `/tmp/.kprof-<uid>` of the target's user inside the target's namespace (uid as
+/// the target sees it, see [`Target::ns_uid`]), created if missing (run as that user, so it is theirs).
+/// Refused if the directory is a symbolic link, belongs to someone else or is open to others. The target's
+/// /tmp is found as the target finds it (a link there leads where it leads the target).
 pub fn private_dir(target: &Target) -> Result<(OwnedFd, String), String> {
-    let uid = target.creds.uid;
-    let name = format!(".kprof-{uid}");
+    let name = format!(".kprof-{}", target.ns_uid);
     let shown = format!("/tmp/{name}");
-    let tmp_path = target.in_root("/tmp");
-    let tmp = sys::open_dir_nofollow(&tmp_path)
-        .map_err(|e| format!("cannot open the target's /tmp ({}): {e}", tmp_path.display()))?;
+    let fs = TargetFs::open(target)?;
+    let tmp = fs.dir("/tmp").map_err(|e| format!("cannot open the target's /tmp: {e}"))?;
     match sys::mkdirat(&tmp, &name, 0o700) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -81,6 +75,7 @@ pub fn private_dir(target: &Target) -> Result<(OwnedFd, String), String> {
     let dir = sys::openat_nofollow(&tmp, &name, libc::O_DIRECTORY | libc::O_RDONLY, 0)
         .map_err(|e| format!("cannot open {shown} in the target (a symbolic link?): {e}"))?;
     let meta = File::from(dir.try_clone().map_err(|e| e.to_string())?).metadata().map_err(|e| e.to_string())?;
+    let uid = target.creds.uid;
     if meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
         return Err(format!(
             "refusing {shown} in the target: it belongs to uid {} with mode {:o} (uid {uid}, mode 700 expected)",
@@ -101,9 +96,12 @@ fn same_contents(mut file: File, bytes: &[u8]) -> bool {
 /// target's user.
 pub fn visible_path(target: &Target, lib: &AgentLibrary) -> Result<String, String> {
     let own = lib.path.to_string_lossy().into_owned();
-    let root = open_root(target)?;
-    if let Ok(f) = sys::open_in_root(&root, &own) {
-        if f.metadata().is_ok_and(|m| m.dev() == lib.dev && m.ino() == lib.ino) {
+    // Opened for reading (the target's user must be able to read it), without blocking (a FIFO there
+    // would wait for a writer).
+    if let Ok(f) = TargetFs::open(target)?.open_path(&own, libc::O_RDONLY | libc::O_NONBLOCK) {
+        if sys::fstat(&f)
+            .is_ok_and(|m| m.st_mode & libc::S_IFMT == libc::S_IFREG && m.st_dev == lib.dev && m.st_ino == lib.ino)
+        {
             return Ok(own);
         }
     }
@@ -136,14 +134,15 @@ pub fn visible_path(target: &Target, lib: &AgentLibrary) -> Result<String, Strin
     Ok(path)
 }
 
-/// Reads `path` of the target's namespace, resolving it inside the target's root (see
-/// [`sys::open_in_root`]). Run as the target's user.
+/// The most kprof copies out of a target for one file (a profile of a large exact run is a few GB).
+const COPY_CAP: u64 = 64 << 30;
+
+/// Reads the regular file `path` of the target's namespace, resolved inside the target (see [`TargetFs`]),
+/// up to its size when opened. Run as the target's user.
 pub fn read_in_target(target: &Target, path: &str) -> Result<Vec<u8>, String> {
-    let root = open_root(target)?;
-    let mut file = sys::open_in_root(&root, path).map_err(|e| format!("cannot open {path} in the target: {e}"))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(|e| format!("cannot read {path} in the target: {e}"))?;
-    Ok(bytes)
+    let fs = TargetFs::open(target)?;
+    let contents = fs.read_regular(path, COPY_CAP).map_err(|e| format!("cannot read {path} in the target: {e}"))?;
+    Ok(contents.bytes)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! Every read may fail because the process exits meanwhile; nothing here panics on that.
 
 use super::creds::Credentials;
+use super::inside::TargetFs;
 use super::perfdata::PerfData;
 use std::fs;
 use std::io;
@@ -27,8 +28,11 @@ pub struct Target {
     pub pid: u32,
     /// The pid inside the process's own PID namespace (the last field of `NStgid`).
     pub nspid: u32,
-    /// Effective uid and gid, and supplementary groups.
+    /// Effective uid and gid, and supplementary groups, as this process sees ids (what it acts as).
     pub creds: Credentials,
+    /// The effective uid as the process itself sees it, in its own user namespace (a rootless container's
+    /// root is 0 there and an unprivileged uid here): the agent names its directory by this one.
+    pub ns_uid: u32,
     /// The command name (`Name:` of /proc/PID/status).
     pub name: String,
     /// `R`, `S`, `Z`, ... of /proc/PID/status.
@@ -43,6 +47,16 @@ fn field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
 
 fn numbers(s: &str) -> Vec<u32> {
     s.split_whitespace().filter_map(|n| n.parse().ok()).collect()
+}
+
+/// `id` through a `uid_map`/`gid_map` read from outside (each line: first id inside, first id outside,
+/// count); an id the map does not cover stays as it is.
+fn map_id(map: &str, id: u32) -> u32 {
+    map.lines()
+        .map(numbers)
+        .filter(|f| f.len() == 3)
+        .find(|f| id >= f[1] && id - f[1] < f[2])
+        .map_or(id, |f| f[0] + (id - f[1]))
 }
 
 /// Whether bit `signal - 1` is set in a /proc signal mask (hexadecimal).
@@ -61,7 +75,20 @@ impl Target {
         if let Some(tgid) = field(&status, "Tgid").and_then(|t| t.parse::<u32>().ok()).filter(|&t| t != pid) {
             return Err(format!("{pid} is a thread of process {tgid}, not a process"));
         }
-        Self::from_status(pid, &status).ok_or_else(|| format!("cannot parse /proc/{pid}/status"))
+        let mut target = Self::from_status(pid, &status).ok_or_else(|| format!("cannot parse /proc/{pid}/status"))?;
+        target.ns_uid = target.id_inside("uid_map", target.creds.uid);
+        Ok(target)
+    }
+
+    /// `id` (of this process's user namespace) as the process sees it in its own, through its
+    /// `uid_map`/`gid_map`: the same id when both share a namespace (or the map cannot be read).
+    fn id_inside(&self, map: &str, id: u32) -> u32 {
+        let ns = |dir: &Path| fs::read_link(dir.join("ns/user")).ok();
+        let mine = ns(Path::new("/proc/self"));
+        if mine.is_none() || mine == ns(&self.proc_dir) {
+            return id;
+        }
+        map_id(&fs::read_to_string(self.proc_dir.join(map)).unwrap_or_default(), id)
     }
 
     fn from_status(pid: u32, status: &str) -> Option<Target> {
@@ -85,6 +112,7 @@ impl Target {
             pid,
             nspid,
             creds: Credentials { uid: *uids.get(1)?, gid: *gids.get(1)?, groups },
+            ns_uid: *uids.get(1)?,
             name: field(status, "Name").unwrap_or("").to_string(),
             state: field(status, "State").and_then(|s| s.chars().next()).unwrap_or('?'),
             sigquit,
@@ -117,21 +145,22 @@ impl Target {
         Ok(maps.lines().any(|l| l.ends_with("/libjvm.so")))
     }
 
-    /// The process's performance counters file, if it has one and it is readable.
+    /// The process's performance counters file, if it has one and it is readable: `/tmp/hsperfdata_<its
+    /// user's name>/<nspid>` inside its root, a regular file of its uid.
     pub fn perfdata(&self) -> Option<PerfData> {
-        let tmp = self.proc_dir.join("root/tmp");
-        let wanted = self.nspid.to_string();
-        for dir in fs::read_dir(&tmp).ok()?.flatten() {
-            if !dir.file_name().to_string_lossy().starts_with("hsperfdata_") {
+        /// HotSpot maps `PerfDataMemorySize` (32 KiB by default) from this file.
+        const PERFDATA_CAP: u64 = 64 << 20;
+        let fs = TargetFs::open(self).ok()?;
+        for dir in fs.names("/tmp").ok()? {
+            if !dir.starts_with("hsperfdata_") {
                 continue;
             }
-            let path = dir.path().join(&wanted);
             // The counters file belongs to the JVM's user; one of another user is another JVM's.
-            match fs::symlink_metadata(&path) {
-                Ok(m) if m.is_file() && m.uid() == self.creds.uid => {}
-                _ => continue,
+            let Ok(file) = fs.read_regular(&format!("/tmp/{dir}/{}", self.nspid), PERFDATA_CAP) else { continue };
+            if file.uid != self.creds.uid {
+                continue;
             }
-            if let Some(p) = fs::read(&path).ok().and_then(|b| PerfData::parse(&b)) {
+            if let Some(p) = PerfData::parse(&file.bytes) {
                 return Some(p);
             }
         }
@@ -260,10 +289,13 @@ impl Target {
         all
     }
 
-    /// The words of a launcher `@argfile` (relative to the process's working directory), quotes removed.
+    /// The words of a launcher `@argfile` (relative to the process's working directory), quotes removed;
+    /// none when it is not a regular file inside the target or is larger than the launcher would take.
     fn argfile(&self, file: &str) -> Vec<String> {
-        let path = if file.starts_with('/') { self.in_root(file) } else { self.cwd_dir().join(file) };
-        let text = fs::read_to_string(path).unwrap_or_default();
+        const ARGFILE_CAP: u64 = 1 << 20;
+        let Ok(fs) = TargetFs::open(self) else { return Vec::new() };
+        let bytes = fs.read_regular(file, ARGFILE_CAP).map(|c| c.bytes).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
         text.lines()
             .filter(|l| !l.trim_start().starts_with('#'))
             .flat_map(|l| l.split_whitespace())
@@ -311,9 +343,22 @@ SigIgn:\t0000000000000000\nSigCgt:\t2000000181005ccf\n";
     }
 
     #[test]
+    fn ids_map_into_the_processs_user_namespace() {
+        // `unshare --map-root-user` by nobody, and a rootless container's subordinate range.
+        assert_eq!(map_id("         0      65534          1\n", 65534), 0);
+        let podman = "0 1000 1\n1 100000 65536\n";
+        assert_eq!(map_id(podman, 1000), 0);
+        assert_eq!(map_id(podman, 100000), 1);
+        assert_eq!(map_id(podman, 100032), 33);
+        assert_eq!(map_id(podman, 5), 5, "an id the map does not cover");
+        assert_eq!(map_id("0 0 4294967295", 1234), 1234);
+    }
+
+    #[test]
     fn this_process_reads_itself() {
         let me = Target::read(std::process::id()).unwrap();
         assert_eq!(me.pid, std::process::id());
+        assert_eq!(me.ns_uid, me.creds.uid, "same user namespace: the same uid");
         assert!(me.shares_mounts());
         assert!(!me.maps_libjvm().unwrap());
         assert!(Target::read(u32::MAX - 1).unwrap_err().contains("no process"));

@@ -197,6 +197,54 @@ pub fn wait_within(mut child: Child, what: &str, limit: Duration, diagnose: impl
     Run { status, stdout: out_t.join().unwrap(), stderr: err_t.join().unwrap() }
 }
 
+/// Runs `cmd` to its end (killed after `limit`) and returns what it printed and its peak resident set, in
+/// KiB, as the kernel accounted it for that process alone (`wait4`, which also reaps it).
+#[allow(clippy::zombie_processes)]
+pub fn run_with_peak_rss(mut cmd: Command, limit: Duration) -> (Run, u64) {
+    use std::io::Read;
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let pid = child.id() as libc::pid_t;
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = std::time::Instant::now();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `pid` is our own child, not yet reaped (std never waits for it here); the pointers are
+        // to live locals.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break;
+        }
+        assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("timed out after {limit:?}: {cmd:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let run = Run {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout: out_t.join().unwrap(),
+        stderr: err_t.join().unwrap(),
+    };
+    (run, usage.ru_maxrss as u64)
+}
+
 pub fn output_of(o: Output) -> Run {
     Run {
         status: o.status,
@@ -274,6 +322,8 @@ pub struct Background {
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
     /// More pids to kill on drop (a JVM inside a PID namespace started through `unshare`).
     pub also_kill: Vec<u32>,
+    /// The threads reading its output (joined by [`Background::finish`]).
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Background {
@@ -285,13 +335,13 @@ impl Background {
         let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
         let lines = stdout.clone();
-        std::thread::spawn(move || {
+        let out_reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 lines.lock().unwrap().push((Instant::now(), line));
             }
         });
         let text = stderr.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             let mut err = err;
             while let Ok(n) = err.read(&mut buf) {
@@ -301,7 +351,29 @@ impl Background {
                 text.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        Background { child, stdout, stderr, also_kill: Vec::new() }
+        Background { child, stdout, stderr, also_kill: Vec::new(), readers: vec![out_reader, err_reader] }
+    }
+
+    /// Waits for the program to end by itself (killing it after `limit`, and failing) and returns what it
+    /// printed.
+    pub fn finish(mut self, limit: Duration) -> Run {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "still running after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                self.stdout(),
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        Run { status, stdout: self.stdout(), stderr: self.stderr() }
     }
 
     /// The stdout lines so far, with the time each arrived.

@@ -144,6 +144,11 @@ impl<'a> Instructions<'a> {
     pub fn new(code: &'a [u8]) -> Instructions<'a> {
         Instructions { code, pos: 0 }
     }
+
+    /// Decoding from `pos`, which the caller knows to be an instruction's start (a block's, say).
+    pub fn at(code: &'a [u8], pos: usize) -> Instructions<'a> {
+        Instructions { code, pos }
+    }
 }
 
 impl Iterator for Instructions<'_> {

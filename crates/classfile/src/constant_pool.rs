@@ -4,6 +4,7 @@
 
 use super::bytes::{put_u16, put_u32, Cursor};
 use super::{Error, Result};
+use std::collections::HashMap;
 
 pub const UTF8: u8 = 1;
 pub const INTEGER: u8 = 3;
@@ -127,6 +128,9 @@ pub struct ConstantPool<'a> {
     start: usize,
     end: usize,
     appended: Vec<u8>,
+    /// Index of each appended entry by its encoding, so that adding finds an equal entry in one lookup (a
+    /// scan of the appended entries per addition made a method with tens of thousands of blocks quadratic).
+    appended_index: HashMap<Vec<u8>, u16>,
 }
 
 impl<'a> ConstantPool<'a> {
@@ -161,7 +165,15 @@ impl<'a> ConstantPool<'a> {
                 offsets.push(UNUSABLE);
             }
         }
-        Ok(ConstantPool { data, offsets, original_count: count, start, end: c.pos(), appended: Vec::new() })
+        Ok(ConstantPool {
+            data,
+            offsets,
+            original_count: count,
+            start,
+            end: c.pos(),
+            appended: Vec::new(),
+            appended_index: HashMap::new(),
+        })
     }
 
     /// The number of slots, including appended entries (the `constant_pool_count` to write).
@@ -300,13 +312,8 @@ impl<'a> ConstantPool<'a> {
         c.encode(&mut key);
         let key = &key[..];
         // Dedupe among appended entries only: searching the original pool would cost a scan per lookup.
-        for (i, &off) in self.offsets.iter().enumerate().skip(self.original_count as usize) {
-            if off != UNUSABLE {
-                let o = (off & !APPENDED) as usize;
-                if self.appended[o..].starts_with(key) && self.entry_len(o) == key.len() {
-                    return Ok(i as u16);
-                }
-            }
+        if let Some(&i) = self.appended_index.get(key) {
+            return Ok(i);
         }
         let slots = if matches!(c, Constant::Long(_) | Constant::Double(_)) { 2 } else { 1 };
         if self.offsets.len() + slots > u16::MAX as usize {
@@ -318,18 +325,8 @@ impl<'a> ConstantPool<'a> {
             self.offsets.push(UNUSABLE);
         }
         self.appended.extend_from_slice(key);
+        self.appended_index.insert(key.to_vec(), index);
         Ok(index)
-    }
-
-    fn entry_len(&self, off: usize) -> usize {
-        let d = &self.appended;
-        match d[off] {
-            UTF8 => 3 + u16::from_be_bytes([d[off + 1], d[off + 2]]) as usize,
-            LONG | DOUBLE => 9,
-            CLASS | STRING | METHOD_TYPE | MODULE | PACKAGE => 3,
-            METHOD_HANDLE => 4,
-            _ => 5,
-        }
     }
 
     pub fn add_utf8(&mut self, s: &str) -> Result<u16> {

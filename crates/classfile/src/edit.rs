@@ -139,6 +139,8 @@ pub struct CodeEditor {
     new_locals: Vec<VType>,
     /// (offset, start, end) into `inserted`, in insertion order.
     insertions: Vec<(u32, u32, u32)>,
+    /// The same for code inserted after the instruction at `offset` ([`Self::insert_after`]).
+    after: Vec<(u32, u32, u32)>,
     inserted: Vec<u8>,
     prologue: Vec<u8>,
     /// The catch-all handler's code (ending in `athrow`) and the Class entry of java/lang/Throwable.
@@ -168,6 +170,7 @@ impl CodeEditor {
         self.extra_stack = 0;
         self.new_locals.clear();
         self.insertions.clear();
+        self.after.clear();
         self.inserted.clear();
         self.prologue.clear();
         self.epilogue.clear();
@@ -177,6 +180,7 @@ impl CodeEditor {
     /// True when nothing was inserted or added since `begin`.
     pub fn is_unedited(&self) -> bool {
         self.insertions.is_empty()
+            && self.after.is_empty()
             && self.prologue.is_empty()
             && self.new_locals.is_empty()
             && self.extra_stack == 0
@@ -235,6 +239,20 @@ impl CodeEditor {
         let start = self.inserted.len() as u32;
         self.inserted.extend_from_slice(s.bytes());
         self.insertions.push((offset, start, self.inserted.len() as u32));
+        Ok(())
+    }
+
+    /// Inserts `s` right after the instruction at `offset`, which must fall through to the next one: only
+    /// that fall-through runs `s`; a branch to the next instruction (or a handler there) does not, as it
+    /// lands after `s`. Several snippets after one instruction run in the order they were inserted.
+    pub fn insert_after(&mut self, offset: u32, s: &Snippet) -> Result<()> {
+        self.accept(s)?;
+        if offset >= self.code_len {
+            return Err(Error::new("insertion offset past the end of the code", offset as usize));
+        }
+        let start = self.inserted.len() as u32;
+        self.inserted.extend_from_slice(s.bytes());
+        self.after.push((offset, start, self.inserted.len() as u32));
         Ok(())
     }
 
@@ -333,7 +351,11 @@ impl CodeEditor {
         if !self.insertions.is_sorted_by_key(|i| i.0) {
             self.insertions.sort_by_key(|i| i.0);
         }
+        if !self.after.is_sorted_by_key(|i| i.0) {
+            self.after.sort_by_key(|i| i.0);
+        }
         let mut next = 0usize;
+        let mut next_after = 0usize;
         let mut new_pos = self.prologue.len() as u64;
         let mut pos = 0usize;
         while pos < n {
@@ -354,11 +376,25 @@ impl CodeEditor {
             } else {
                 len as u64
             };
+            while next_after < self.after.len() && self.after[next_after].0 as usize <= pos {
+                let (at, s, e) = self.after[next_after];
+                if at as usize != pos {
+                    return Err(Error::new("insertion offset is not an instruction boundary", at as usize));
+                }
+                new_pos += (e - s) as u64;
+                next_after += 1;
+            }
             if new_pos > 1 << 20 {
                 // Far past any limit: stop before the maps stop fitting.
                 return Ok(new_pos as u32);
             }
             pos += len;
+        }
+        if next_after < self.after.len() {
+            return Err(Error::new(
+                "insertion offset is not an instruction boundary",
+                self.after[next_after].0 as usize,
+            ));
         }
         self.target_map[n] = new_pos as u32;
         self.insn_map[n] = new_pos as u32;
@@ -405,6 +441,7 @@ impl CodeEditor {
         let code_start = out.len();
         out.extend_from_slice(&self.prologue);
         let mut next = 0;
+        let mut next_after = 0;
         let mut pos = 0usize;
         while pos < bytes.len() {
             let len = insn_len(bytes, pos)?;
@@ -434,6 +471,11 @@ impl CodeEditor {
                 self.write_switch(bytes, pos, len, here, out)?;
             } else {
                 out.extend_from_slice(&bytes[pos..pos + len]);
+            }
+            while next_after < self.after.len() && self.after[next_after].0 as usize == pos {
+                let (_, s, e) = self.after[next_after];
+                out.extend_from_slice(&self.inserted[s as usize..e as usize]);
+                next_after += 1;
             }
             pos += len;
         }

@@ -4,6 +4,7 @@
 //! and what the readers of `kprof report`/`kprof compare` produce. [`output`] holds the formats. Nothing here
 //! knows of JVMTI or of the engines that made a profile.
 
+pub mod metric;
 pub mod model;
 pub mod output;
 

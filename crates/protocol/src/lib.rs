@@ -3,4 +3,5 @@
 //! where the socket is and what crosses it.
 
 pub mod control;
+pub mod engines;
 pub mod options;

@@ -4,87 +4,11 @@
 //! refuses to start (or, on attach, refuses the command) rather than profile something the user did not
 //! ask for.
 
+pub use crate::engines::EngineKind;
 use kprof_profile::output::Format;
 use kprof_profile::Metric;
 pub use kprof_timers::TimerKind;
 use std::fmt;
-
-/// A profiling engine. A session runs one or several (`mode=asgct+alloc+lock`), all counting into one
-/// calling context tree, each into its own pair of metrics.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
-pub enum EngineKind {
-    /// CPU-time sampling from a per-thread timer signal with AsyncGetCallTrace (`cpu` is an alias).
-    Asgct,
-    /// Wall-clock sampling of every Java thread, running or not.
-    Wall,
-    /// Allocation sampling (JVMTI SampledObjectAlloc).
-    Alloc,
-    /// Lock contention: contended monitors and parks, with the time waited.
-    Lock,
-    /// Deterministic bytecode-count sampling (class rewriting).
-    Bytecode,
-    /// Complete calling-context profile (class rewriting).
-    Exact,
-}
-
-impl EngineKind {
-    pub const ALL: [EngineKind; 6] = [
-        EngineKind::Asgct,
-        EngineKind::Wall,
-        EngineKind::Alloc,
-        EngineKind::Lock,
-        EngineKind::Bytecode,
-        EngineKind::Exact,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Asgct => "asgct",
-            EngineKind::Wall => "wall",
-            EngineKind::Alloc => "alloc",
-            EngineKind::Lock => "lock",
-            EngineKind::Bytecode => "bytecode",
-            EngineKind::Exact => "exact",
-        }
-    }
-
-    /// The engine called `name` (`cpu` is asgct's other name).
-    pub fn parse(name: &str) -> Option<EngineKind> {
-        match name {
-            "cpu" => Some(EngineKind::Asgct),
-            _ => EngineKind::ALL.into_iter().find(|e| e.name() == name),
-        }
-    }
-
-    /// The two metrics the engine counts: its events and their weight.
-    pub fn metrics(self) -> [Metric; 2] {
-        match self {
-            EngineKind::Asgct => [Metric::Samples, Metric::Cpu],
-            EngineKind::Wall => [Metric::WallSamples, Metric::Wall],
-            EngineKind::Alloc => [Metric::AllocCount, Metric::AllocBytes],
-            EngineKind::Lock => [Metric::LockCount, Metric::LockNs],
-            EngineKind::Bytecode => [Metric::BytecodeSamples, Metric::Bytecodes],
-            EngineKind::Exact => [Metric::Calls, Metric::Bytecodes],
-        }
-    }
-
-    /// What views of its profile show unless `metric=` says otherwise.
-    pub fn default_metric(self) -> Metric {
-        match self {
-            EngineKind::Asgct => Metric::Samples,
-            EngineKind::Wall => Metric::Wall,
-            EngineKind::Alloc => Metric::AllocBytes,
-            EngineKind::Lock => Metric::LockNs,
-            EngineKind::Bytecode => Metric::BytecodeSamples,
-            EngineKind::Exact => Metric::Calls,
-        }
-    }
-
-    /// Whether the engine rewrites classes (at most one such engine per session).
-    pub fn rewrites(self) -> bool {
-        matches!(self, EngineKind::Bytecode | EngineKind::Exact)
-    }
-}
 
 /// One output file: where and in which format.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -107,6 +31,9 @@ pub struct Options {
     pub metric: Option<Metric>,
     /// A root per thread.
     pub threads: bool,
+    /// Flame graph frames named with their signatures (`Class.method(int)void`, overloads apart) rather
+    /// than as `Class.method`.
+    pub signatures: bool,
     /// Maximum stack depth recorded; deeper stacks are cut and marked `[truncated]`.
     pub depth: u32,
     /// Arena size of the calling context tree, MiB, as given (0: not given; see [`Options::cct_mb`]).
@@ -137,6 +64,8 @@ pub struct Options {
     pub live: bool,
     /// lock: waits shorter than this (nanoseconds) are not recorded.
     pub lock_ns: u64,
+    /// wall: threads signalled per interval, at most.
+    pub wall_batch: u32,
     /// bytecode/exact: only classes matching one of these patterns are rewritten (empty: all).
     pub include: Vec<String>,
     /// bytecode/exact: classes matching these patterns are not rewritten.
@@ -192,6 +121,7 @@ impl Default for Options {
             files: Vec::new(),
             metric: None,
             threads: false,
+            signatures: false,
             depth: 2048,
             cct_mb: 0,
             help: false,
@@ -207,6 +137,7 @@ impl Default for Options {
             alloc_bytes: 512 * 1024,
             live: false,
             lock_ns: 10_000,
+            wall_batch: 16,
             include: Vec::new(),
             exclude: Vec::new(),
         }
@@ -289,6 +220,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "the counter collapsed stacks, flame graph and text show",
     ),
     ("threads", "on | off", "off", "a root per thread"),
+    (
+        "signatures",
+        "on | off",
+        "off",
+        "flame graph: frames named with their signatures, overloads apart (off: Class.method, full name in the tooltip)",
+    ),
     ("depth", "1..8192", "2048", "deepest stack recorded; deeper stacks are cut at [truncated]"),
     (
         "cct_mb",
@@ -318,6 +255,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("alloc", "size 1..1g (bytes, or with k, m, g)", "512k", "alloc: mean bytes allocated between two samples"),
     ("live", "on | off", "off", "alloc: report only objects still reachable when the profile is written"),
     ("lock", "duration 0..10s (0 = every wait)", "10us", "lock: waits shorter than this are not recorded"),
+    (
+        "batch",
+        "1..8192",
+        "16",
+        "wall: threads sampled per interval at most (more threads are taken in turn, each sample weighted by the time since the thread's last)",
+    ),
     (
         "include",
         "class pattern, * and ? wildcards (repeatable, or :-separated)",
@@ -400,6 +343,7 @@ impl Options {
         let mut format: Option<Format> = None;
         let mut paths: Vec<String> = Vec::new();
         let mut callsite_given = false;
+        let mut batch_given = false;
         for item in text.unwrap_or("").split(',') {
             let item = item.trim();
             if item.is_empty() {
@@ -451,6 +395,7 @@ impl Options {
                     o.metric = Some(Metric::parse(v).ok_or_else(|| bad(key, v))?);
                 }
                 "threads" => o.threads = parse_switch(key, value)?,
+                "signatures" => o.signatures = parse_switch(key, value)?,
                 "control" => o.control = parse_switch(key, value)?,
                 "callsite" => {
                     o.callsite = parse_switch(key, value)?;
@@ -464,6 +409,10 @@ impl Options {
                 "gran" => o.gran = parse_range(key, need()?, 1, 1_000_000_000)? as u32,
                 "rand" => o.rand = parse_range(key, need()?, 0, 1_000_000_000)? as u32,
                 "maxpath" => o.maxpath = parse_range(key, need()?, 0, 65535)? as u32,
+                "batch" => {
+                    o.wall_batch = parse_range(key, need()?, 1, 8192)? as u32;
+                    batch_given = true;
+                }
                 "include" | "exclude" => {
                     let v = need()?;
                     let patterns = v.split(':').filter(|p| !p.is_empty()).map(str::to_string);
@@ -539,6 +488,13 @@ impl Options {
         if o.live && !o.has(EngineKind::Alloc) {
             return Err(OptionError(format!(
                 "kprof: bad option 'live=on': accepted only with the alloc engine (this is mode={})",
+                o.mode_name()
+            )));
+        }
+        if batch_given && !o.has(EngineKind::Wall) {
+            return Err(OptionError(format!(
+                "kprof: bad option 'batch={}': accepted only with the wall engine (this is mode={})",
+                o.wall_batch,
                 o.mode_name()
             )));
         }
@@ -634,172 +590,5 @@ pub fn expand_path(path: &str, pid: u32, start_secs: u64, write_number: u32) -> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults() {
-        let o = Options::parse(None).unwrap();
-        assert_eq!(o.engines, [EngineKind::Asgct]);
-        assert_eq!((o.alloc_bytes, o.live, o.lock_ns), (512 * 1024, false, 10_000));
-        assert_eq!(o.interval_ns, 10_000_000);
-        assert_eq!(o.timer, TimerKind::Auto);
-        assert_eq!(o.files, vec![OutputFile { path: DEFAULT_FILE.into(), format: Format::Html }]);
-        assert_eq!(o.effective_metric(), Metric::Samples);
-    }
-
-    #[test]
-    fn durations_take_units() {
-        assert_eq!(parse_duration("100us"), Some(100_000));
-        assert_eq!(parse_duration("1ms"), Some(1_000_000));
-        assert_eq!(parse_duration("10ms"), Some(10_000_000));
-        assert_eq!(parse_duration("1s"), Some(1_000_000_000));
-        assert_eq!(parse_duration("1.5ms"), Some(1_500_000));
-        assert_eq!(parse_duration("250ns"), Some(250));
-        assert_eq!(parse_duration("0"), Some(0));
-        for bad in ["", "10", "ms", "1x", "1..2ms", "-1ms", "1e3ms"] {
-            assert_eq!(parse_duration(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn full_option_string() {
-        let o = Options::parse(Some("mode=asgct,interval=1ms,timer=perf,file=/tmp/a.html,file=/tmp/b.collapsed,metric=cpu,threads,depth=64,cct_mb=16")).unwrap();
-        assert_eq!(o.interval_ns, 1_000_000);
-        assert_eq!(o.timer, TimerKind::Perf);
-        assert_eq!(o.files.len(), 2);
-        assert_eq!(o.files[1].format, Format::Collapsed);
-        assert_eq!(o.metric, Some(Metric::Cpu));
-        assert!(o.threads);
-        assert_eq!((o.depth, o.cct_mb()), (64, 16));
-    }
-
-    #[test]
-    fn the_arena_defaults_by_mode_unless_given() {
-        let mb = |s: &str| Options::parse(Some(s)).unwrap().cct_mb();
-        assert_eq!(mb("mode=asgct"), 256);
-        assert_eq!(mb("mode=bytecode"), 256);
-        assert_eq!(mb("mode=exact"), 1024);
-        assert_eq!(mb("mode=exact,cct_mb=64"), 64);
-    }
-
-    #[test]
-    fn format_applies_to_files_without_a_known_extension() {
-        let o = Options::parse(Some("file=/tmp/prof.out,format=json,file=/tmp/x.html")).unwrap();
-        assert_eq!(o.files[0].format, Format::Json);
-        assert_eq!(o.files[1].format, Format::Html);
-    }
-
-    #[test]
-    fn every_kind_of_bad_option_gives_one_line_naming_it() {
-        let cases = [
-            ("bogus=1", "unknown option 'bogus'"),
-            ("mode=fast", "'mode=fast'"),
-            ("mode=exactly", "'mode=exactly'"),
-            ("bb=some", "'bb=some'"),
-            ("mode=bytecode,bb=on", "'bb=on'"),
-            ("gran=0", "'gran=0'"),
-            ("rand=-1", "'rand=-1'"),
-            ("maxpath=70000", "'maxpath=70000'"),
-            ("callsite=sometimes", "'callsite=sometimes'"),
-            ("stack=deep", "'stack=deep'"),
-            ("stack=", "'stack='"),
-            ("mode=bytecode,stack=walk,callsite=on", "'stack=walk'"),
-            ("include=", "'include='"),
-            ("interval=5", "'interval=5'"),
-            ("interval=1us", "'interval=1us'"),
-            ("interval=20s", "'interval=20s'"),
-            ("interval=", "'interval='"),
-            ("timer=hpet", "'timer=hpet'"),
-            ("file=/tmp/x.bin", "'file=/tmp/x.bin'"),
-            ("format=svg", "'format=svg'"),
-            ("metric=heat", "'metric=heat'"),
-            ("threads=maybe", "'threads=maybe'"),
-            ("depth=0", "'depth=0'"),
-            ("depth=99999", "'depth=99999'"),
-            ("cct_mb=lots", "'cct_mb=lots'"),
-            ("duration=5", "'duration=5'"),
-            ("mode=asgct+", "'mode=asgct+'"),
-            ("mode=wall+wall", "'mode=wall+wall'"),
-            ("mode=cpu+heap", "'mode=cpu+heap'"),
-            ("mode=bytecode+exact", "'mode=bytecode+exact'"),
-            ("alloc=0", "'alloc=0'"),
-            ("alloc=2g", "'alloc=2g'"),
-            ("alloc=lots", "'alloc=lots'"),
-            ("live=perhaps", "'live=perhaps'"),
-            ("mode=asgct,live=on", "'live=on'"),
-            ("lock=1h", "'lock=1h'"),
-            ("lock=11s", "'lock=11s'"),
-            ("lock=5", "'lock=5'"),
-            ("mode=asgct,metric=calls", "'metric=calls'"),
-        ];
-        for (input, needle) in cases {
-            let err = Options::parse(Some(input)).unwrap_err().0;
-            assert!(err.contains(needle), "{input}: {err}");
-            assert!(
-                err.contains("accepted") || err.contains("counts") || err.contains("run them apart"),
-                "{input}: {err}"
-            );
-            assert!(!err.contains('\n'), "{input}: {err}");
-        }
-    }
-
-    #[test]
-    fn engines_combine_with_plus() {
-        let o = Options::parse(Some("mode=cpu+alloc+lock,alloc=1m,lock=0,live")).unwrap();
-        assert_eq!(o.engines, [EngineKind::Asgct, EngineKind::Alloc, EngineKind::Lock]);
-        assert_eq!(o.mode_name(), "asgct+alloc+lock");
-        assert_eq!((o.alloc_bytes, o.lock_ns, o.live), (1 << 20, 0, true));
-        assert_eq!(
-            o.metrics(),
-            [Metric::Samples, Metric::Cpu, Metric::AllocCount, Metric::AllocBytes, Metric::LockCount, Metric::LockNs]
-        );
-        assert_eq!(o.effective_metric(), Metric::Samples);
-        let w = Options::parse(Some("mode=wall+alloc")).unwrap();
-        assert_eq!(w.effective_metric(), Metric::Wall);
-        let b = Options::parse(Some("mode=bytecode+asgct,metric=cpu")).unwrap();
-        assert_eq!((b.rewriting(), b.effective_metric()), (Some(EngineKind::Bytecode), Metric::Cpu));
-        assert!(!b.callsite, "bytecode mode keeps callsites apart only on request");
-        let walks = |o: &str| Options::parse(Some(o)).unwrap().stack_walks();
-        assert!(!walks("mode=bytecode"), "gran=10000 keeps the reified stack");
-        assert!(walks("mode=bytecode,gran=1000000"));
-        assert!(!walks("mode=bytecode,gran=1000000,callsite=on"), "callsites need the reified stack");
-        assert!(walks("mode=bytecode,stack=walk"));
-        assert!(!walks("mode=bytecode,gran=1000000,stack=reified"));
-        assert_eq!(Options::parse(Some("mode=exact")).unwrap().effective_metric(), Metric::Calls);
-        assert_eq!(Options::parse(Some("mode=bytecode")).unwrap().effective_metric(), Metric::BytecodeSamples);
-        // `samples` names the sampling engine's samples where there are no CPU samples.
-        assert!(Options::parse(Some("mode=bytecode,metric=samples")).is_ok());
-        assert_eq!(parse_size("512k"), Some(512 << 10));
-        assert_eq!(parse_size("3"), Some(3));
-        assert_eq!(parse_size("2MB"), Some(2 << 20));
-        assert_eq!(parse_size("k"), None);
-    }
-
-    #[test]
-    fn help_lists_every_option() {
-        let h = help_text();
-        for (key, ..) in OPTIONS {
-            assert!(h.contains(&format!("  {key} ")), "{key}");
-        }
-    }
-
-    #[test]
-    fn class_patterns() {
-        assert!(glob("com.example.*", "com.example.a.B"));
-        assert!(glob("*Test", "a.FooTest"));
-        assert!(!glob("*Test", "a.FooTests"));
-        assert!(glob("a.?.C", "a.b.C"));
-        assert!(glob("*", ""));
-        let o = Options::parse(Some("mode=bytecode,include=a.*:b.*,exclude=a.internal.*")).unwrap();
-        assert!(o.class_selected("a.X") && o.class_selected("b.Y"));
-        assert!(!o.class_selected("a.internal.Z") && !o.class_selected("c.W"));
-        let all = Options::parse(Some("mode=bytecode")).unwrap();
-        assert!(all.class_selected("anything.At.All"));
-    }
-
-    #[test]
-    fn paths_expand_pid_and_time() {
-        assert_eq!(expand_path("/tmp/kprof-%p-%t-%n.html", 42, 7, 3), "/tmp/kprof-42-7-3.html");
-    }
-}
+#[path = "options_tests.rs"]
+mod tests;

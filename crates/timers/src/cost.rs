@@ -144,7 +144,7 @@ fn stop(running: Running) {
 }
 
 fn install_counting_handler() -> Result<(), String> {
-    crate::install_handler(counting_handler).map_err(|e| format!("sigaction(SIGPROF): {e}"))
+    crate::install_handler(counting_handler).map_err(|e| format!("sigaction: {e}"))
 }
 
 #[cfg(test)]

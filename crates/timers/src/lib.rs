@@ -8,8 +8,15 @@
 //! * ctimer: a per-thread POSIX timer on the thread's CPU clock (`timer_create` with `SIGEV_THREAD_ID`).
 //!   Ticks with the scheduler: at most one expiry per tick, the rest reported as overruns.
 //! * itimer: the process-wide `setitimer(ITIMER_PROF)`: the signal lands on whichever thread is running.
+//!
+//! perf and ctimer signal with SIGURG, itimer (which cannot choose) with SIGPROF: SIGPROF is what JDK 25's
+//! JFR CPU-time sampler uses, and it refuses to start when another handler holds it. SIGURG is otherwise
+//! only sent for a socket's out-of-band data to a process that asked for it (`F_SETOWN`, which the JDK
+//! never does), and its default action is to ignore it, so a signal that comes when no handler is
+//! installed harms nothing.
 
 pub mod cost;
+pub mod signals;
 
 use std::io;
 
@@ -42,8 +49,16 @@ impl TimerKind {
     }
 }
 
-/// The signal all timers deliver.
-pub const SIGNAL: libc::c_int = libc::SIGPROF;
+/// The signal of the per-thread timers (perf, ctimer).
+pub const SIGNAL: libc::c_int = libc::SIGURG;
+
+/// The signal `kind` delivers: SIGPROF for itimer (ITIMER_PROF cannot send another), [`SIGNAL`] else.
+pub fn signal_of(kind: TimerKind) -> libc::c_int {
+    match kind {
+        TimerKind::Itimer => libc::SIGPROF,
+        _ => SIGNAL,
+    }
+}
 
 const F_SETSIG: libc::c_int = 10;
 const F_SETOWN_EX: libc::c_int = 15;
@@ -259,13 +274,13 @@ pub fn perf_close(timer: PerfTimer) {
 
 /// A POSIX timer on thread `tid`'s CPU clock that sends [`SIGNAL`] to that thread every `period_ns`,
 /// carrying `cookie` in `si_value`. Returns the timer id.
-pub fn ctimer_create(tid: i32, period_ns: u64, cookie: i32) -> io::Result<usize> {
+pub fn ctimer_create(tid: i32, period_ns: u64, cookie: u64) -> io::Result<usize> {
     // SAFETY: sigevent is plain data; zeroed is a valid starting value.
     let mut sev: libc::sigevent = unsafe { std::mem::zeroed() };
     sev.sigev_notify = libc::SIGEV_THREAD_ID;
     sev.sigev_signo = SIGNAL;
     sev.sigev_notify_thread_id = tid;
-    sev.sigev_value = libc::sigval { sival_ptr: cookie as isize as *mut libc::c_void };
+    sev.sigev_value = libc::sigval { sival_ptr: cookie as usize as *mut libc::c_void };
     let mut timer: libc::timer_t = std::ptr::null_mut();
     // SAFETY: valid pointers to initialised structures.
     if unsafe { libc::timer_create(thread_cpu_clock(tid), &mut sev, &mut timer) } != 0 {
@@ -300,23 +315,14 @@ pub fn itimer_set(period_ns: Option<u64>) -> io::Result<()> {
     Ok(())
 }
 
-/// A handler for [`SIGNAL`] as the kernel calls it with `SA_SIGINFO`.
-pub type SignalHandler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+pub use signals::SignalHandler;
 
-/// Installs `handler` for [`SIGNAL`], with `SA_RESTART` so that interrupted system calls of the
-/// application resume, and no signals blocked while it runs (it must be async-signal-safe).
+/// Installs `handler` for the signal of every timer (SIGURG and SIGPROF), each blocked while it runs:
+/// for a process of its own (`kprof timer-cost`), where nothing else handles them.
 pub fn install_handler(handler: SignalHandler) -> io::Result<()> {
-    // SAFETY: a zeroed sigaction is valid; we fill handler, flags and an empty mask.
-    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-    sa.sa_sigaction = handler as usize;
-    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    // SAFETY: valid pointers; SIGPROF is not used by the JVM, and `handler` has the SA_SIGINFO signature.
-    let rc = unsafe {
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(SIGNAL, &sa, std::ptr::null_mut())
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    let both = [SIGNAL, libc::SIGPROF];
+    for sig in both {
+        signals::install(sig, handler, &both)?;
     }
     Ok(())
 }
@@ -329,16 +335,20 @@ fn timespec(ns: u64) -> libc::timespec {
 /// crate exposes only some of them).
 pub struct SigInfo {
     pub code: i32,
+    /// Signals sent by a process (SI_QUEUE, SI_TKILL, SI_USER): the sender's pid (`si_pid`).
+    pub pid: i32,
+    /// ctimer and SI_QUEUE: the whole `si_value`.
+    pub value: u64,
     /// perf: the descriptor that overflowed (`si_fd`).
     pub fd: i32,
     /// ctimer: expirations lost since the last signal (`si_overrun`).
     pub overrun: i32,
-    /// ctimer: the cookie given to [`ctimer_create`] (`si_value`).
-    pub cookie: i32,
 }
 
 /// `si_code` values.
 pub const SI_TIMER: i32 = -2;
+/// A signal the kernel sent on its own (an interval timer's).
+pub const SI_KERNEL: i32 = 0x80;
 pub const POLL_HUP: i32 = 6;
 pub const POLL_IN: i32 = 1;
 
@@ -349,13 +359,15 @@ impl SigInfo {
     pub unsafe fn read(info: *const libc::siginfo_t) -> SigInfo {
         let base = info as *const u8;
         // SAFETY: siginfo_t is 128 bytes; the union starts at offset 16 on 64-bit Linux. For timers it is
-        // {int tid; int overrun; sigval value}, for SIGPOLL {long band; int fd}.
+        // {int tid; int overrun; sigval value}, for SIGPOLL {long band; int fd}, for signals a process sent
+        // {int pid; int uid; sigval value}.
         unsafe {
             let code = (base.add(8) as *const i32).read();
             SigInfo {
                 code,
+                pid: (base.add(16) as *const i32).read(),
                 overrun: (base.add(20) as *const i32).read(),
-                cookie: (base.add(24) as *const i64).read() as i32,
+                value: (base.add(24) as *const u64).read(),
                 fd: (base.add(24) as *const i32).read(),
             }
         }

@@ -86,7 +86,11 @@ impl Agent {
         let result = control::read_request(stream).and_then(|request| match request {
             control::Request::Status => Ok(self.status()),
             control::Request::Stop => {
-                self.stop_session(Some(jni), true).map(|files| format!("ok files={}", files.join(",")))
+                // The reply carries the summary line, for the command's caller to show.
+                self.stop_session(Some(jni), true).map(|w| {
+                    let summary = w.summary.map(|s| format!("{s} ")).unwrap_or_default();
+                    format!("ok {summary}files={}", w.files.join(","))
+                })
             }
             control::Request::Dump(text) => {
                 let files = if text.is_empty() {

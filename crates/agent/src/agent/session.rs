@@ -115,8 +115,8 @@ impl Agent {
     }
 
     /// Ends the running session: stops its engines, writes its files, prints the summary. Returns the
-    /// paths written. `restore`: engines give the application its original code back.
-    pub(super) fn stop_session(&self, jni: Option<Jni>, restore: bool) -> Result<Vec<String>, String> {
+    /// paths written and the summary line. `restore`: engines give the application its original code back.
+    pub(super) fn stop_session(&self, jni: Option<Jni>, restore: bool) -> Result<super::write::Written, String> {
         let job = {
             let mut session = lock(&self.session);
             if session.ended {
@@ -154,7 +154,7 @@ impl Agent {
             e.before_write(jni);
         }
         let job = self.write_job(&mut lock(&self.session), files, false);
-        Ok(self.write(jni, job))
+        Ok(self.write(jni, job).files)
     }
 
     pub(super) fn status(&self) -> String {
@@ -173,8 +173,15 @@ impl Agent {
                 ))
             })
             .collect();
+        // Each engine's part of the summary line, its keys prefixed with its name (`wall.rate=...`).
+        let mut parts = String::new();
+        for e in session.engines.iter().filter(|_| session.running) {
+            for token in e.summary(&meta).split(' ').filter(|t| t.contains('=')) {
+                parts.push_str(&format!(" {}.{token}", e.kind().name()));
+            }
+        }
         format!(
-            "ok state={} mode={} timer={} interval={} samples={} elapsed_ms={} files={}",
+            "ok state={} mode={} timer={} interval={} samples={} elapsed_ms={}{parts} files={}",
             if session.running { "running" } else { "stopped" },
             session.options.mode_name(),
             if meta.timer.is_empty() { "none" } else { &meta.timer },

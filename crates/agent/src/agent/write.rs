@@ -26,6 +26,15 @@ pub(super) struct WriteJob {
     number: u32,
     /// Print the summary line (the session ended).
     summary: bool,
+    /// The flame graph names frames with their signatures.
+    signatures: bool,
+}
+
+/// What a write did: the absolute paths written and, at a session's end, the summary line (without its
+/// `files=`).
+pub(super) struct Written {
+    pub files: Vec<String>,
+    pub summary: Option<String>,
 }
 
 /// A snapshot made ready to write: named as it is, with its inclusive totals (JSON), or as a profile.
@@ -46,6 +55,7 @@ impl Agent {
             start_secs: session.start_unix_ms / 1000,
             number: session.writes,
             summary,
+            signatures: session.options.signatures,
         }
     }
 
@@ -75,10 +85,10 @@ impl Agent {
 
     /// Resolves names and writes every file of `job`. Returns the absolute paths written. Nothing is
     /// written after the profile of the VM's exit: a dump that waited for that write finds the tree gone.
-    pub(super) fn write(&self, jni: Option<Jni>, mut job: WriteJob) -> Vec<String> {
+    pub(super) fn write(&self, jni: Option<Jni>, mut job: WriteJob) -> Written {
         let _g = lock(&self.write_lock);
         if self.final_written.load(Ordering::Acquire) {
-            return Vec::new();
+            return Written { files: Vec::new(), summary: None };
         }
         let t0 = Instant::now();
         let snapshot = self.cct.snapshot(&job.metrics);
@@ -121,17 +131,28 @@ impl Agent {
                 Resolved::Tree(tree, totals) => output::write_atomic_with(target, |out| {
                     output::json::write_tree_to(&job.meta, &tree.frames, tree.metrics(), tree, totals, out)
                 }),
-                Resolved::Profile(profile) => output::write_profile(target, profile, f.format, metric),
+                Resolved::Profile(profile) => {
+                    let naming = if job.signatures {
+                        output::html::FrameNames::Signatures
+                    } else {
+                        output::html::FrameNames::Short
+                    };
+                    output::write_profile_with(target, profile, f.format, metric, naming)
+                }
             };
             match result {
                 Ok(abs) => written.push(abs.display().to_string()),
                 Err(e) => say(&format!("cannot write {path}: {e}")),
             }
         }
+        let mut summary = None;
         if job.summary {
             let contexts = (0..snapshot.nodes.len()).filter(|&i| snapshot.columns.iter().any(|c| c[i] > 0)).count();
             job.meta.counters.insert("contexts".into(), contexts as u64);
-            print_summary(&job.meta, &job.engines, &written, t0.elapsed());
+            let line = summary_line(&job.meta, &job.engines, t0.elapsed());
+            let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
+            say(&format!("{line} files={files}"));
+            summary = Some(line);
         }
         if exiting {
             self.final_written.store(true, Ordering::Release);
@@ -139,13 +160,13 @@ impl Agent {
             std::mem::forget(resolved);
             std::mem::forget(snapshot);
         }
-        written
+        Written { files: written, summary }
     }
 }
 
 /// The summary line: the mode, each engine's part (its keys prefixed by the engine's name when several
-/// ran), the tree's overflow, the time the write took and the files.
-fn print_summary(meta: &Meta, engines: &[&'static dyn Engine], written: &[String], write_time: Duration) {
+/// ran), the tree's overflow and the time the write took (the files follow it when printed).
+fn summary_line(meta: &Meta, engines: &[&'static dyn Engine], write_time: Duration) -> String {
     let several = engines.len() > 1;
     let mut line = format!("mode={}", meta.mode);
     for e in engines {
@@ -160,13 +181,12 @@ fn print_summary(meta: &Meta, engines: &[&'static dyn Engine], written: &[String
         }
     }
     let c = |k: &str| meta.counters.get(k).copied().unwrap_or(0);
-    let files = if written.is_empty() { "none".to_string() } else { written.join(",") };
     line.push_str(&format!(
-        " overflow={} write_ms={} files={files}",
+        " overflow={} write_ms={}",
         c("cct_overflow_samples") + c("overflow_calls"),
         write_time.as_millis()
     ));
-    say(&line);
+    line
 }
 
 /// `path`, absolute (relative to the working directory).

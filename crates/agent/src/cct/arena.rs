@@ -52,23 +52,29 @@ impl<T> Arena<T> {
         self.len * std::mem::size_of::<T>()
     }
 
-    /// Commits the pages of values `range` now, in one system call (Linux 5.14+; elsewhere nothing), rather
-    /// than by a page fault at each first touch: for a thread about to touch most of them in random order,
-    /// and alongside another doing the same, whose faults would contend with its own.
+    /// Commits the pages of values `range` now, a few MiB per system call (Linux 5.14+; elsewhere nothing),
+    /// rather than by a page fault at each first touch: for a thread about to touch most of them in random
+    /// order, and alongside another doing the same, whose faults would contend with its own. Not in one call:
+    /// the kernel holds the process's memory-map lock through each, and every thread that starts or ends
+    /// (its stack is mapped and unmapped) would wait for all of a large table, a second or more.
     pub(super) fn populate(&self, range: std::ops::Range<usize>) {
         /// `MADV_POPULATE_WRITE` (not in every libc release).
         const MADV_POPULATE_WRITE: libc::c_int = 23;
         const PAGE: usize = 4096;
+        const CHUNK: usize = 4 << 20;
         let size = std::mem::size_of::<T>();
         let base = self.ptr.as_ptr() as usize;
         let start = base + range.start.min(self.len) * size;
         let end = base + range.end.min(self.len) * size;
         // Whole pages inside the range: the pages at its ends may hold other values, which fault as usual.
         let (start, end) = (start.next_multiple_of(PAGE), end & !(PAGE - 1));
-        if end > start {
-            // SAFETY: [start, end) lies inside this arena's allocation, which is readable and writable;
+        let mut at = start;
+        while at < end {
+            let len = CHUNK.min(end - at);
+            // SAFETY: [at, at + len) lies inside this arena's allocation, which is readable and writable;
             // populating for write faults pages in (zeroed where new) without changing any value.
-            unsafe { libc::madvise(start as *mut libc::c_void, end - start, MADV_POPULATE_WRITE) };
+            unsafe { libc::madvise(at as *mut libc::c_void, len, MADV_POPULATE_WRITE) };
+            at += len;
         }
     }
 

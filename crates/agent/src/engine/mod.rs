@@ -9,10 +9,14 @@
 //! Adding an engine: its folder here, a variant of [`EngineKind`] (which names it in `mode=`), and its line
 //! in [`create`].
 
+pub mod alloc;
 pub mod asgct;
 pub mod bytecode;
 pub mod exact;
+pub mod lock;
 pub mod rewriting;
+pub mod stack;
+pub mod wall;
 
 use crate::cct::{Cct, NodeId, Snapshot};
 use crate::jvmti::bindings::jthread;
@@ -103,9 +107,11 @@ pub fn create(
 ) -> Result<&'static dyn Engine, String> {
     match kind {
         EngineKind::Asgct => asgct::create(host, options, phase),
+        EngineKind::Alloc => alloc::create(host, options, phase),
         EngineKind::Bytecode => bytecode::create(host, options, phase),
         EngineKind::Exact => exact::create(host, options, phase),
-        other => Err(format!("mode={} is not available in this build", other.name())),
+        EngineKind::Lock => lock::create(host, options, phase),
+        EngineKind::Wall => wall::create(host, options, phase),
     }
 }
 

@@ -88,22 +88,37 @@ pub fn thread_offsets() -> ThreadOffsets {
     out
 }
 
-/// The kernel thread id of the JavaThread at `java_thread`, through the offsets.
-///
-/// # Safety
-/// `java_thread` must point to a live HotSpot `JavaThread` (read from `Thread.eetop` of a thread that
-/// has not terminated, while the caller keeps it from terminating or accepts a stale read).
-pub unsafe fn thread_tid(java_thread: usize, offsets: ThreadOffsets) -> Option<i32> {
+/// Reads the word at `addr` of this process's memory without trusting it: an address that is not mapped
+/// (a `JavaThread` freed by a thread that exited meanwhile) gives `None` instead of a crash.
+/// `process_vm_readv` on our own pid copies through the kernel, which checks the mapping.
+pub fn read_word(addr: usize) -> Option<usize> {
+    if addr == 0 || addr % std::mem::align_of::<usize>() != 0 {
+        return None;
+    }
+    let mut word: usize = 0;
+    let local = libc::iovec { iov_base: &mut word as *mut usize as *mut c_void, iov_len: std::mem::size_of::<usize>() };
+    let remote = libc::iovec { iov_base: addr as *mut c_void, iov_len: std::mem::size_of::<usize>() };
+    // SAFETY: `local` is our own word; the kernel reads `remote` on our behalf and fails with EFAULT
+    // rather than fault if it is not mapped.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == std::mem::size_of::<usize>() as isize).then_some(word)
+}
+
+/// The kernel thread id of the JavaThread at `java_thread`, through the offsets. The JavaThread may be
+/// gone (its thread exited after `Thread.eetop` was read): every read is checked ([`read_word`]), and
+/// what comes back must still be checked to name a thread of this process.
+pub fn thread_tid(java_thread: usize, offsets: ThreadOffsets) -> Option<i32> {
     let (osthread_off, tid_off) = (offsets.osthread?, offsets.thread_id?);
     if java_thread == 0 {
         return None;
     }
-    // SAFETY: per the contract, `java_thread` is a live JavaThread and the offsets are this JVM's.
-    let osthread = ((java_thread + osthread_off) as *const usize).read();
+    let osthread = read_word(java_thread + osthread_off)?;
     if osthread == 0 {
         return None;
     }
-    // SAFETY: `_osthread` points to the thread's OSThread, alive as long as the thread.
-    let tid = ((osthread + tid_off) as *const i32).read();
+    // `_thread_id` is a 32-bit pid_t: read the aligned word that holds it.
+    let at = osthread + tid_off;
+    let word = read_word(at & !7)?;
+    let tid = (word >> (8 * (at & 7))) as u32 as i32;
     (tid > 0).then_some(tid)
 }

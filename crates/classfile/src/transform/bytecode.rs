@@ -1,17 +1,19 @@
-//! The bytecode mode's rewrite (Komorium, seeds/000 §4–5): every basic block adds its instruction count to
-//! a local counter; granularity checks, at Komorium §5.2's places (blocks that call or head a loop, returns
+//! The bytecode mode's rewrite (Komorium: Binder et al., "Portable and accurate sampling profiling for
+//! Java", 2006, sections 4–5): every basic block adds its instruction count to a local counter;
+//! granularity checks, at the places of the paper's section 5.2 (blocks that call or head a loop, returns
 //! and throws, and wherever a forward path would run past MaxPath bytecodes unchecked), commit it to the
 //! thread's counter and record a sample when the period is over; a reified stack of method ids is kept by
-//! a push in the prologue and a pop at returns. The Java side is `java-runtime/src/kprof/runtime/Bc.java`,
+//! a push in the prologue and a pop at returns. The Java side is `crates/runtime/java/src/kprof/runtime/Bc.java`,
 //! whose comment shows the inserted sequences and says why they look the way they do.
 //!
-//! Leaf methods (no calls) are not pushed: they name themselves only when they sample (Komorium §5.1); a
+//! Leaf methods (no calls) are not pushed: they name themselves only when they sample (Komorium, section 5.1); a
 //! leaf of one block gets a single helper call before its returns and no locals.
 
 use std::sync::Arc;
 
-use super::flow::{bracket_calls, Flow};
+use super::flow::{bracket_calls, bracket_calls_where, Flow};
 use super::methods::MethodTable;
+use super::policy;
 use super::{MethodInput, MethodTransform};
 use crate::blocks::DEFAULT_MAX_PATH;
 use crate::code::Instructions;
@@ -33,7 +35,7 @@ pub struct BytecodeConfig {
     pub max_path: u32,
     /// Every call writes its site into the caller's stack entry (the CCT then keeps callsites apart).
     pub callsites: bool,
-    /// Komorium §5.1: leaf methods are not pushed; they name themselves when they sample.
+    /// Komorium, section 5.1: leaf methods are not pushed; they name themselves when they sample.
     pub leaf_optimization: bool,
     /// java.lang.Thread has kprof's fields for the thread's state (the agent started with the JVM); otherwise
     /// the state is looked up in a table by thread id and kept in a local.
@@ -72,6 +74,7 @@ struct Refs {
     handler: u16,
     mute: u16,
     unmute: u16,
+    throwable: u16,
 }
 
 pub struct BytecodeTransform {
@@ -81,6 +84,9 @@ pub struct BytecodeTransform {
     /// left as they are, so bytecode-mode profiles look the same either way.
     wrappers: Vec<(Vec<u8>, Vec<u8>)>,
     refs: Option<Refs>,
+    /// The class being rewritten extends a class outside java.lang.invoke (other than Object): calls of
+    /// its own methods may run inherited code there ([`policy::invoke_mutes_call`]).
+    extends_outside: bool,
     flow: Flow,
     snippet: Snippet,
     /// The method being edited: its id and whether the reified stack would hold it (marked in the method
@@ -95,6 +101,7 @@ impl BytecodeTransform {
             methods,
             wrappers: Vec::new(),
             refs: None,
+            extends_outside: false,
             flow: Flow::default(),
             snippet: Snippet::new(),
             pending: None,
@@ -122,6 +129,7 @@ impl BytecodeTransform {
             leaf1: 0,
             mute: 0,
             unmute: 0,
+            throwable: 0,
         };
         let plain = |cp: &mut ConstantPool<'_>, name: &str, desc: &str| cp.add_methodref(class, name, desc);
         let r = Refs {
@@ -130,6 +138,7 @@ impl BytecodeTransform {
             leaf1: if fields { r.leaf_exit } else { plain(cp, "leafExit1", "(II)V").map_err(full)? },
             mute: plain(cp, "mute", "()V").map_err(full)?,
             unmute: plain(cp, "unmute", "()V").map_err(full)?,
+            throwable: cp.add_class("java/lang/Throwable").map_err(full)?,
             ..r
         };
         self.refs = Some(r);
@@ -152,9 +161,27 @@ impl MethodTransform for BytecodeTransform {
         bracket_calls(m.code.code, editor, cp, &mut self.snippet, (refs.mute, refs.unmute))
     }
 
-    fn begin_class(&mut self, _: &crate::ClassFile<'_>) {
+    /// Brackets the calls the method makes out of java.lang.invoke ([`policy::invoke_mutes_call`]).
+    fn edit_invoke(
+        &mut self,
+        m: &MethodInput<'_, '_>,
+        editor: &mut CodeEditor,
+        cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        let refs = self.refs(cp)?;
+        let class = m.class_name;
+        let inherits = self.extends_outside;
+        bracket_calls_where(m.code.code, editor, cp, &mut self.snippet, (refs.mute, refs.unmute), |owner| {
+            owner.is_some_and(|owner| policy::invoke_mutes_call(class, owner) || (inherits && owner == class))
+        })
+    }
+
+    fn begin_class(&mut self, class: &crate::ClassFile<'_>) {
         self.refs = None;
         self.pending = None;
+        let cp = &class.constant_pool;
+        let super_name = if class.super_class == 0 { Ok(&b""[..]) } else { cp.class_name(class.super_class) };
+        self.extends_outside = super_name.is_ok_and(policy::invoke_super_outside);
     }
 
     fn method_rewritten(&mut self) {
@@ -196,6 +223,14 @@ impl MethodTransform for BytecodeTransform {
             }
             return Ok(());
         }
+        // The JVM's entry into class loading counts nothing (see the policy): it runs muted, from a mute
+        // first in its prologue to an unmute at each return and in a handler that rethrows what escapes.
+        let muted = !leaf && policy::is_class_loading_entry(m.class_name, m.name, m.descriptor);
+        if muted {
+            s.clear();
+            s.invokestatic(cp, refs.mute);
+            editor.insert_prologue(s)?;
+        }
         // Without Thread fields the state is a local, the first argument of every helper.
         let state = if self.config.thread_fields {
             None
@@ -223,7 +258,6 @@ impl MethodTransform for BytecodeTransform {
         }
         s.push_int(cp, -first).istore(count);
         editor.insert_prologue(s)?;
-        let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
         let mut insns = Instructions::new(m.code.code).peekable();
         for (i, b) in self.flow.blocks.iter().enumerate() {
             let info = self.flow.info[i];
@@ -233,7 +267,7 @@ impl MethodTransform for BytecodeTransform {
             let over = max_path != 0 && info.entering.saturating_add(b.insns) > max_path;
             let start_check = info.calls || info.loop_header || (info.check && (!info.terminates || over));
             s.clear();
-            if !leaf && handlers.contains(&b.start) {
+            if !leaf && info.handler {
                 with_state(s);
                 if walk {
                     // No depth to restore; the handler still closes what a mute bracket left open.
@@ -269,6 +303,8 @@ impl MethodTransform for BytecodeTransform {
                     if insn.opcode == ATHROW {
                         // The method itself may catch what it throws: what was committed must not count twice.
                         s.op(ICONST_0).istore(count);
+                    } else if muted {
+                        s.invokestatic(cp, refs.unmute);
                     }
                 } else if is_invoke(insn.opcode) && self.config.callsites && !walk {
                     let site = self.methods.site(id as u32, insn.offset) | SITE_BIT;
@@ -279,6 +315,12 @@ impl MethodTransform for BytecodeTransform {
                     editor.insert_before(insn.offset, s)?;
                 }
             }
+        }
+        if muted {
+            // A throw leaves through a handler that unmutes once (the method's own handlers catch first).
+            s.clear();
+            s.invokestatic(cp, refs.unmute);
+            editor.set_catch_all(s, refs.throwable)?;
         }
         Ok(())
     }

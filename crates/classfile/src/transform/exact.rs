@@ -1,7 +1,8 @@
-//! The exact mode's rewrite (JP2 and CCCP, seeds/002 and seeds/001): every invocation finds or creates its
-//! node in the thread's calling context tree and counts itself there, and every basic block adds its
+//! The exact mode's rewrite (after JP2, the call-site aware calling-context profiler for the JVM, and
+//! CCCP: Moret et al., "Complete Calling Context Profiling in Virtual Execution Environments", 2009):
+//! every invocation finds or creates its node in the thread's calling context tree and counts itself there, and every basic block adds its
 //! bytecodes to that node (`bb=on`: increments its own counter instead). The Java side is
-//! `java-runtime/src/kprof/runtime/Exact.java`, whose comment shows the inserted sequences.
+//! `crates/runtime/java/src/kprof/runtime/Exact.java`, whose comment shows the inserted sequences.
 //!
 //! Blocks are bytecode mode's (Komorium's rule, split at MaxPath, counted at their start), so on the same
 //! run both modes count the same bytecodes. The current node follows bytecode mode's depth protocol:
@@ -302,7 +303,6 @@ impl ExactTransform {
         }
         editor.insert_prologue(s)?;
         let bytes = m.code.code;
-        let handlers: Vec<u32> = m.code.exception_entries().map(|e| e.handler as u32).collect();
         let local = !bb && self.flow.blocks.iter().enumerate().any(|(i, _)| !(i == 0 && fold_first));
         let pending = if local { editor.add_local(VType::Integer).map_err(EditError::Refused)? } else { 0 };
         let catch_all = catch_all && local;
@@ -325,7 +325,7 @@ impl ExactTransform {
         let mut insns = Instructions::new(bytes).peekable();
         for (i, b) in self.flow.blocks.iter().enumerate() {
             let info = self.flow.info[i];
-            if !leaf && handlers.contains(&b.start) {
+            if !leaf && info.handler {
                 s.clear();
                 s.aload(state).lload(node).invokestatic(cp, refs.handler);
                 editor.insert_before(info.at, s)?;

@@ -11,8 +11,10 @@ pub mod flow;
 pub mod input;
 pub mod methods;
 pub mod natives;
+pub mod park;
 pub mod policy;
 pub mod probe;
+pub mod seed;
 
 use std::collections::BTreeMap;
 
@@ -103,6 +105,17 @@ pub trait MethodTransform {
     ) -> Result<(), EditError> {
         Ok(())
     }
+
+    /// A method of java.lang.invoke, left alone: a counting mode may mute the calls it makes out of
+    /// java.lang.invoke ([`policy::invoke_mutes_call`]). Default: no edit.
+    fn edit_invoke(
+        &mut self,
+        _m: &MethodInput<'_, '_>,
+        _editor: &mut CodeEditor,
+        _cp: &mut ConstantPool<'_>,
+    ) -> Result<(), EditError> {
+        Ok(())
+    }
 }
 
 /// The transform of [`Mode::None`].
@@ -128,6 +141,10 @@ pub enum SkipReason {
     Refused(Refusal),
     /// The engine found the method's code malformed (the JVM would reject it too, or the engine has a gap).
     Malformed,
+    /// The method's exception table is past [`MAX_EXCEPTION_ENTRIES`], or the class's past
+    /// [`MAX_CLASS_EXCEPTION_ENTRIES`] with this method's: the rewrite's work grows with the table and the
+    /// JVM's verification of the result with table × code, so such a method is not worth the load hook's time.
+    ExceptionTableTooLarge,
 }
 
 impl SkipReason {
@@ -136,9 +153,18 @@ impl SkipReason {
             SkipReason::Policy(p) => p.name(),
             SkipReason::Refused(r) => r.name(),
             SkipReason::Malformed => "malformed-code",
+            SkipReason::ExceptionTableTooLarge => "exception-table-too-large",
         }
     }
 }
+
+/// Most exception-table entries a rewritten method may have. The largest seen in 1.37 million methods (the
+/// JDK 17 jmods and the jars under /usr/share/java) has 140; a method of 65,535 copies of one entry is
+/// legal, and the JVM itself takes minutes to verify it.
+pub const MAX_EXCEPTION_ENTRIES: usize = 4096;
+
+/// Most exception-table entries of all the methods rewritten in one class (the largest seen: 1,538).
+pub const MAX_CLASS_EXCEPTION_ENTRIES: usize = 65536;
 
 /// Counters of a rewrite run.
 #[derive(Clone, Debug, Default)]
@@ -154,6 +180,8 @@ pub struct RewriteStats {
     pub methods_rewritten: u64,
     /// Intrinsic candidates (left alone, so also in `left_alone`) whose calls a mode bracketed.
     pub intrinsics_bracketed: u64,
+    /// Methods of java.lang.invoke (left alone, so also in `left_alone`) whose calls a mode muted.
+    pub invoke_muted: u64,
     pub left_alone: BTreeMap<SkipReason, u64>,
 }
 
@@ -175,6 +203,7 @@ impl RewriteStats {
         self.methods_without_code += o.methods_without_code;
         self.methods_rewritten += o.methods_rewritten;
         self.intrinsics_bracketed += o.intrinsics_bracketed;
+        self.invoke_muted += o.invoke_muted;
         for (k, v) in &o.left_alone {
             *self.left_alone.entry(*k).or_default() += v;
         }
@@ -226,6 +255,7 @@ impl Rewriter {
         self.transform.begin_class(&class);
         self.buf.clear();
         self.edits.clear();
+        let mut class_entries = 0;
         for i in 0..class.methods.len() {
             stats.methods += 1;
             let m = &class.methods[i];
@@ -244,9 +274,18 @@ impl Rewriter {
             let policy = class_reason.or_else(|| self.policy.method_reason(&class, class_name, m));
             if let Some(r) = policy {
                 *stats.left_alone.entry(SkipReason::Policy(r)).or_default() += 1;
-                if r != PolicyReason::IntrinsicCandidate {
+                if r != PolicyReason::IntrinsicCandidate && r != PolicyReason::JavaLangInvoke {
                     continue;
                 }
+            }
+            // Bounded before any analysis: what follows costs time and memory in proportion to the table.
+            let entries = code.exception_table.len() / 8;
+            if policy.is_none() {
+                if entries > MAX_EXCEPTION_ENTRIES || class_entries + entries > MAX_CLASS_EXCEPTION_ENTRIES {
+                    *stats.left_alone.entry(SkipReason::ExceptionTableTooLarge).or_default() += 1;
+                    continue;
+                }
+                class_entries += entries;
             }
             let (Ok(ctx), Ok(name), Ok(descriptor)) =
                 (MethodContext::of(&class, i), class.member_name(m), class.member_descriptor(m))
@@ -260,11 +299,12 @@ impl Rewriter {
             self.editor.set_budget(self.limits.budget);
             let input = MethodInput { class_name, index: i, name, descriptor, access_flags, code: &code };
             let cp = &mut class.constant_pool;
-            let r = if policy.is_some() {
-                // Left alone, but a mode may still bracket the calls an intrinsic candidate makes.
-                self.transform.edit_intrinsic(&input, &mut self.editor, cp)
-            } else {
-                self.transform.edit_method(&input, &mut self.editor, cp)
+            let r = match policy {
+                // Left alone, but a mode may still bracket the calls an intrinsic candidate or java.lang.invoke
+                // makes.
+                Some(PolicyReason::IntrinsicCandidate) => self.transform.edit_intrinsic(&input, &mut self.editor, cp),
+                Some(_) => self.transform.edit_invoke(&input, &mut self.editor, cp),
+                None => self.transform.edit_method(&input, &mut self.editor, cp),
             };
             let start = self.buf.len();
             let r = r.and_then(|_| self.editor.finish(&code, &ctx, cp, &self.limits, false, &mut self.buf));
@@ -274,8 +314,12 @@ impl Rewriter {
                     self.transform.method_rewritten();
                     self.edits.push(MethodEdit { method: i, range: start..self.buf.len() });
                 }
-                (Ok(true), Some(_)) => {
-                    stats.intrinsics_bracketed += 1;
+                (Ok(true), Some(r)) => {
+                    if r == PolicyReason::IntrinsicCandidate {
+                        stats.intrinsics_bracketed += 1;
+                    } else {
+                        stats.invoke_muted += 1;
+                    }
                     self.edits.push(MethodEdit { method: i, range: start..self.buf.len() });
                 }
                 (Ok(false), _) | (Err(_), Some(_)) => {}

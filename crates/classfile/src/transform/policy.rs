@@ -1,4 +1,4 @@
-//! Which methods a rewrite leaves alone on purpose (DESIGN §4), each with a reason that is counted.
+//! Which methods a rewrite leaves alone on purpose, each with a reason that is counted.
 
 use crate::annotations::for_each_annotation_type;
 use crate::class::{ACC_ABSTRACT, ACC_NATIVE};
@@ -42,7 +42,7 @@ impl PolicyReason {
     }
 }
 
-/// A skip policy. [`SkipPolicy::agent`] is the DESIGN §4 list that the bytecode and exact modes use;
+/// A skip policy. [`SkipPolicy::agent`] is the list that the bytecode and exact modes use;
 /// [`SkipPolicy::minimal`] (the probe mode's default, so it proves the engine on everything else) skips only
 /// what must never change: kprof's own classes, `Object.<init>`, and empty `finalize()` methods (HotSpot
 /// registers a finalizer for every object whose class has a non-empty one: a rewritten `Object.finalize()` would
@@ -135,6 +135,44 @@ impl SkipPolicy {
         }
         reason
     }
+}
+
+/// Whether method `name` `descriptor` of `class_name` is the JVM's entry into class loading,
+/// `ClassLoader.loadClass(String)`. The JVM calls it to resolve a class and for each class its verifier or
+/// reflection must load, in an order that follows the order of a class's methods; HotSpot sorts those by
+/// the addresses of their names, which vary from run to run. The counting modes mute what it runs.
+pub fn is_class_loading_entry(class_name: &[u8], name: &[u8], descriptor: &[u8]) -> bool {
+    class_name == b"java/lang/ClassLoader"
+        && name == b"loadClass"
+        && descriptor == b"(Ljava/lang/String;)Ljava/lang/Class;"
+}
+
+/// Whether a left-alone method of java.lang.invoke's `class_name` mutes its calls of methods of `owner`
+/// (internal names). java.lang.invoke builds method types, lambda forms, species and their classes on
+/// first use and caches them in tables keyed by identity hash codes, shared with other threads and held by
+/// weak and soft references: what it runs in rewritten JDK code follows those tables, not the program. So
+/// its calls out of java.lang.invoke are muted. Not its calls within java.lang.invoke (the callee mutes its
+/// own), nor of Unsafe (never rewritten), nor anything in the VarHandle implementation, whose accesses run
+/// in the program's hot paths and call only cheap checks whose counts do not depend on those tables. (A
+/// class that extends one outside java.lang.invoke also mutes calls of its own methods, which may be
+/// inherited: the rewriter knows.)
+pub fn invoke_mutes_call(class_name: &[u8], owner: &[u8]) -> bool {
+    let var_handles = [&b"java/lang/invoke/VarHandle"[..], b"java/lang/invoke/VarForm"];
+    !var_handles.iter().any(|p| class_name.starts_with(p))
+        && !owner.starts_with(b"java/lang/invoke/")
+        && owner != b"jdk/internal/misc/Unsafe"
+        && owner != b"sun/misc/Unsafe"
+}
+
+/// Whether a java.lang.invoke class whose superclass is `super_name` inherits methods from outside
+/// java.lang.invoke (other than Object's): calls of its own methods may run that inherited code, so they
+/// are muted too. `TypeConvertingMethodAdapter` is the one class of java.lang.invoke that extends a class
+/// outside it (the class-file writer's method visitor) and is extended in turn.
+pub fn invoke_super_outside(super_name: &[u8]) -> bool {
+    !super_name.is_empty()
+        && super_name != b"java/lang/Object"
+        && (!super_name.starts_with(b"java/lang/invoke/")
+            || super_name == b"java/lang/invoke/TypeConvertingMethodAdapter")
 }
 
 /// True for methods that have no code to rewrite.

@@ -1,4 +1,4 @@
-//! Comparing two profiles by calling context: the overlap percentage (DESIGN §7, after Komorium and CCCP)
+//! Comparing two profiles by calling context: the overlap percentage (as the Komorium and CCCP papers measure accuracy)
 //! and the contexts whose shares differ most.
 //!
 //! A calling context is the path of frame display names from the root (callsites ignored unless asked

@@ -10,9 +10,59 @@
 
 use super::compare::UnionTree;
 use super::text::run_summary;
-use crate::model::{FrameKind, Metric, Profile, Unit};
+use crate::model::{Frame, FrameKind, Metric, Profile, Unit};
 use serde::Serialize;
 use std::collections::HashMap;
+
+/// How the flame graph names the frames of methods.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+pub enum FrameNames {
+    /// Drawn as the simple class name and the method (`HashMap.put`), as async-profiler's flame graphs
+    /// show them; the tooltip, search and zoom use the full name without signature
+    /// (`java.util.HashMap.put`). Overloads of a method called from one context are one frame.
+    #[default]
+    Short,
+    /// Full names with signatures everywhere (`java.util.HashMap.put(java.lang.Object,java.lang.Object)
+    /// java.lang.Object`), overloads apart: the names of the other outputs.
+    Signatures,
+}
+
+/// The label a method's frame is drawn with: the class name without its package, then the method
+/// (`HashMap.put`, `Map$Entry.getKey`, `Thread.sleep0 [native]`). Pseudo-frames and threads keep
+/// their names.
+pub fn short_name(frame: &Frame) -> String {
+    match frame.kind {
+        FrameKind::Java | FrameKind::Native if !frame.class.is_empty() => {
+            let simple = frame.class.rsplit_once('.').map_or(frame.class.as_str(), |(_, c)| c);
+            let bare = Frame { class: simple.to_string(), signature: String::new(), ..frame.clone() };
+            bare.display_name()
+        }
+        _ => Frame { signature: String::new(), ..frame.clone() }.display_name(),
+    }
+}
+
+/// `profile` with every frame's signature dropped and the contexts that then share a frame merged.
+fn without_signatures(profile: &Profile) -> Profile {
+    let mut p = profile.clone();
+    let mut index: HashMap<Frame, u32> = HashMap::new();
+    let mut frames = Vec::new();
+    let remap: Vec<u32> = profile
+        .frames
+        .iter()
+        .map(|f| {
+            let bare = Frame { signature: String::new(), ..f.clone() };
+            *index.entry(bare.clone()).or_insert_with(|| {
+                frames.push(bare);
+                frames.len() as u32 - 1
+            })
+        })
+        .collect();
+    p.frames = frames;
+    for n in &mut p.nodes {
+        n.frame = remap[n.frame as usize];
+    }
+    p.merged_by_frame()
+}
 
 const TEMPLATE: &str = include_str!("flamegraph.html");
 const DATA_PLACEHOLDER: &str = "@KPROF_DATA@";
@@ -23,7 +73,11 @@ struct FlameData {
     /// The engines that ran (`asgct`, `bytecode+asgct`, ...).
     mode: String,
     subtitle: String,
+    /// Full frame names: the tooltip, search and zoom use them.
     names: Vec<String>,
+    /// What each frame is drawn with, indexed like `names` (absent: the names themselves).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<Vec<String>>,
     /// One character per name: `j` Java, `n` native, `p` pseudo, `t` thread.
     kinds: String,
     /// (name index, child count) per node, pre-order, children by name.
@@ -170,9 +224,12 @@ fn mode_of(profile: &Profile) -> String {
 }
 
 /// The page's data for `profile`, shown first under `metric`: contexts merged by frame, those zero in
-/// every metric left out.
-fn flame_data(profile: &Profile, metric: Metric) -> FlameData {
-    let merged = profile.merged_by_frame();
+/// every metric left out, frames named as `naming` says.
+fn flame_data(profile: &Profile, metric: Metric, naming: FrameNames) -> FlameData {
+    let merged = match naming {
+        FrameNames::Short => without_signatures(profile),
+        FrameNames::Signatures => profile.merged_by_frame(),
+    };
     let frame_names = super::display_names(&merged);
     let mut metrics = merged.metrics();
     if !metrics.contains(&metric) {
@@ -186,6 +243,10 @@ fn flame_data(profile: &Profile, metric: Metric) -> FlameData {
         columns: metrics.iter().map(|&m| merged.column(m).unwrap_or(&zeros)).collect(),
     };
     let (names, kinds, nodes, order) = flatten(&tree, |f| kind_code(merged.frames[f as usize].kind));
+    let labels = (naming == FrameNames::Short).then(|| {
+        let by_name: HashMap<&str, &Frame> = frame_names.iter().map(String::as_str).zip(merged.frames.iter()).collect();
+        names.iter().map(|n| by_name.get(n.as_str()).map_or_else(|| n.clone(), |f| short_name(f))).collect()
+    });
     let metric_data = metrics
         .iter()
         .zip(&tree.columns)
@@ -195,6 +256,7 @@ fn flame_data(profile: &Profile, metric: Metric) -> FlameData {
         mode: mode_of(&merged),
         subtitle: subtitle(&merged),
         names,
+        labels,
         kinds,
         nodes,
         metrics: metric_data,
@@ -203,10 +265,15 @@ fn flame_data(profile: &Profile, metric: Metric) -> FlameData {
     }
 }
 
-/// Renders the flame graph page, showing `metric` first; the page switches to any other metric of the
-/// profile.
+/// Renders the flame graph page, showing `metric` first, frames drawn with short names (see
+/// [`FrameNames::Short`]); the page switches to any other metric of the profile.
 pub fn render(profile: &Profile, metric: Metric) -> Vec<u8> {
-    page(&flame_data(profile, metric))
+    render_with(profile, metric, FrameNames::Short)
+}
+
+/// [`render`], with the frames named as `naming` says.
+pub fn render_with(profile: &Profile, metric: Metric, naming: FrameNames) -> Vec<u8> {
+    page(&flame_data(profile, metric, naming))
 }
 
 /// One side of a differential flame graph: the profile, the metric its counts are, and its label.
@@ -219,8 +286,9 @@ pub struct Side<'a> {
 /// Renders the differential flame graph of `tree` (from [`super::compare::union_tree`] of `a` and `b`):
 /// B's flame graph, each frame coloured by how its share of the total changed from A to B (grown,
 /// shrunk, new in B), and the contexts only A has ("gone") drawn with A's share of the width, hatched.
-/// Search, zoom and the URL state work as in the flame graph.
-pub fn render_difference(tree: &UnionTree, a: &Side, b: &Side) -> Vec<u8> {
+/// Search, zoom and the URL state work as in the flame graph. Frames are drawn with short names unless
+/// `naming` asks for signatures; contexts stay apart as the comparison made them.
+pub fn render_difference(tree: &UnionTree, a: &Side, b: &Side, naming: FrameNames) -> Vec<u8> {
     let kinds_by_name: Vec<char> =
         tree.names.iter().map(|n| kind_code(super::collapsed::frame_from_display_name(n).kind)).collect();
     let root_name = tree.names.len() as u32;
@@ -238,10 +306,13 @@ pub fn render_difference(tree: &UnionTree, a: &Side, b: &Side) -> Vec<u8> {
     };
     let (names, kinds, nodes, order) = flatten(&flat, |n| if n == root_name { 'p' } else { kinds_by_name[n as usize] });
     let column = |side: usize| order.iter().map(|&i| tree.counts[side][i as usize]).collect::<Vec<u64>>();
+    let labels = (naming == FrameNames::Short)
+        .then(|| names.iter().map(|n| short_name(&super::collapsed::frame_from_display_name(n))).collect());
     let data = FlameData {
         mode: mode_of(b.profile),
         subtitle: String::new(),
         names,
+        labels,
         kinds,
         nodes,
         metrics: vec![MetricData::new(b.metric, column(1))],
@@ -288,7 +359,7 @@ mod tests {
         let mut p = collapsed::parse("m;b 2\nm;a 1\nm;a;x 3\nz 4\n").unwrap();
         let extra = p.intern(Frame::pseudo("[never]"));
         p.add_child(0, extra, -1);
-        let d = flame_data(&p, Metric::Samples);
+        let d = flame_data(&p, Metric::Samples, FrameNames::Signatures);
         let expected = [("[root]", 2), ("m", 2), ("a", 1), ("x", 0), ("b", 0), ("z", 0)];
         assert_eq!(named_nodes(&d), expected.map(|(n, c)| (n.to_string(), c)));
         assert_eq!(d.kinds, "pjjjjj");
@@ -306,7 +377,7 @@ mod tests {
         p.set(nc, Metric::AllocBytes, 4096);
         p.set(1, Metric::Cpu, 7);
         p.meta.default_metric = Some(Metric::AllocBytes);
-        let d = flame_data(&p, Metric::AllocBytes);
+        let d = flame_data(&p, Metric::AllocBytes, FrameNames::Signatures);
         let names: Vec<&str> = d.metrics.iter().map(|m| m.name).collect();
         assert_eq!(names, ["samples", "alloc_bytes", "cpu"]);
         assert_eq!(d.metric, 1);
@@ -317,7 +388,7 @@ mod tests {
         assert_eq!(d.metrics[1].values, [0, 0, 0, 0, 4096]);
         assert_eq!(d.metrics[2].values, [0, 7, 0, 0, 0]);
         // A metric asked for that the profile lacks is shown (empty) rather than refused.
-        let d = flame_data(&p, Metric::Calls);
+        let d = flame_data(&p, Metric::Calls, FrameNames::Signatures);
         assert_eq!(d.metrics[d.metric].name, "calls");
     }
 
@@ -342,8 +413,13 @@ mod tests {
         let b = collapsed::parse("m;a 2\nm;new 6\n").unwrap();
         let tree = union_tree(&a, Metric::Samples, &b, Metric::Samples, &[]);
         let side = |p, label| Side { profile: p, metric: Metric::Samples, label };
-        let html =
-            String::from_utf8(render_difference(&tree, &side(&a, "a.collapsed"), &side(&b, "b.collapsed"))).unwrap();
+        let html = String::from_utf8(render_difference(
+            &tree,
+            &side(&a, "a.collapsed"),
+            &side(&b, "b.collapsed"),
+            FrameNames::Short,
+        ))
+        .unwrap();
         let json = &html[html.find("application/json\">").unwrap() + 18..];
         let json = &json[..json.find("</script>").unwrap()];
         let v: serde_json::Value = serde_json::from_str(json).unwrap();
@@ -361,6 +437,23 @@ mod tests {
     }
 
     #[test]
+    fn short_names_drop_the_package_and_the_signature() {
+        let native = Frame { kind: FrameKind::Native, ..Frame::java("java.lang.Thread", "sleep0", "(J)V") };
+        assert_eq!(short_name(&Frame::java("java.util.HashMap", "put", "(Ljava/lang/Object;)V")), "HashMap.put");
+        assert_eq!(short_name(&Frame::java("a.Map$Entry", "getKey", "()V")), "Map$Entry.getKey");
+        assert_eq!(short_name(&Frame::java("Top", "run", "()V")), "Top.run");
+        assert_eq!(short_name(&native), "Thread.sleep0 [native]");
+        assert_eq!(short_name(&Frame::pseudo("[GC_active]")), "[GC_active]");
+        assert_eq!(short_name(&Frame::thread("main")), "[thread main]");
+        let mut p = collapsed::parse("m;x.A.f(int)void 2\nm;x.A.f(long)void 3\n").unwrap();
+        p.meta.mode = "asgct".into();
+        let d = flame_data(&p, Metric::Samples, FrameNames::Short);
+        assert_eq!(named_nodes(&d), [("[root]", 1), ("m", 1), ("x.A.f", 0)].map(|(n, c)| (n.to_string(), c)));
+        assert_eq!(d.labels.as_deref(), Some(&["[root]".to_string(), "m".into(), "A.f".into()][..]));
+        assert_eq!(d.metrics[0].values, [0, 0, 5]);
+    }
+
+    #[test]
     fn deep_trees_do_not_recurse() {
         let mut p = Profile::new(Meta::default(), &[Metric::Samples]);
         let f = p.intern(Frame::java("A", "r", "()V"));
@@ -369,7 +462,7 @@ mod tests {
             n = p.add_child(n, f, 1);
         }
         p.add(n, Metric::Samples, 1);
-        let d = flame_data(&p, Metric::Samples);
+        let d = flame_data(&p, Metric::Samples, FrameNames::Signatures);
         assert_eq!(d.nodes.len(), 2 * 100_001);
         assert_eq!(d.names.len(), 2);
     }

@@ -88,9 +88,14 @@ impl Format {
 /// Renders `profile` in `format`; `metric` is the counter collapsed stacks, the flame graph and the text
 /// report show (JSON, JFR and pprof carry every counter).
 pub fn render(profile: &Profile, format: Format, metric: Metric) -> Vec<u8> {
+    render_with(profile, format, metric, html::FrameNames::Short)
+}
+
+/// [`render`], with the flame graph's frames named as `names` says.
+pub fn render_with(profile: &Profile, format: Format, metric: Metric, names: html::FrameNames) -> Vec<u8> {
     match format {
         Format::Collapsed => collapsed::render(profile, metric),
-        Format::Html => html::render(profile, metric),
+        Format::Html => html::render_with(profile, metric, names),
         Format::Json => json::render(profile),
         Format::Jfr => jfr::render(profile),
         Format::Pprof => pprof::render(profile),
@@ -118,6 +123,17 @@ pub fn read_profile(path: &Path) -> Result<Profile, String> {
 /// Writes `profile` in `format` to `path` atomically, as [`render`] would make it; collapsed stacks and
 /// JSON go to the file as they are made (see [`collapsed::Lines`], [`json::write_to`]).
 pub fn write_profile(path: &Path, profile: &Profile, format: Format, metric: Metric) -> std::io::Result<PathBuf> {
+    write_profile_with(path, profile, format, metric, html::FrameNames::Short)
+}
+
+/// [`write_profile`], with the flame graph's frames named as `names` says.
+pub fn write_profile_with(
+    path: &Path,
+    profile: &Profile,
+    format: Format,
+    metric: Metric,
+    names: html::FrameNames,
+) -> std::io::Result<PathBuf> {
     match format {
         Format::Collapsed => {
             let lines = collapsed::Lines::new(profile, metric);
@@ -136,7 +152,7 @@ pub fn write_profile(path: &Path, profile: &Profile, format: Format, metric: Met
             write_atomic_with(path, |out| lines.write(out))
         }
         Format::Json => write_atomic_with(path, |out| json::write_to(profile, out)),
-        _ => write_atomic(path, &render(profile, format, metric)),
+        _ => write_atomic(path, &render_with(profile, format, metric, names)),
     }
 }
 
@@ -159,6 +175,43 @@ fn free_bytes(path: &Path) -> Option<u64> {
     Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
+/// The longest file name Linux file systems take (NAME_MAX), in bytes.
+const NAME_MAX: usize = 255;
+
+/// The temporary name for writing `name`: `.<name>.<pid>.<attempt>.tmp`, with `name` cut (at a character
+/// boundary where it is UTF-8) so that the whole stays within [`NAME_MAX`]: a 255-byte name must still be
+/// writable. The pid and the attempt keep it unique.
+fn temporary_name(name: &[u8], attempt: u32) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let suffix = format!(".{}.{attempt}.tmp", std::process::id());
+    let room = NAME_MAX - 1 - suffix.len();
+    let mut cut = name.len().min(room);
+    if let Ok(text) = std::str::from_utf8(name) {
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+    }
+    let mut out = Vec::with_capacity(1 + cut + suffix.len());
+    out.push(b'.');
+    out.extend_from_slice(&name[..cut]);
+    out.extend_from_slice(suffix.as_bytes());
+    std::ffi::OsString::from_vec(out)
+}
+
+/// Closes `file`, reporting what close() reports (dropping a `File` ignores it). EINTR means closed.
+fn close(file: fs::File) -> std::io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    let fd = file.into_raw_fd();
+    // SAFETY: `fd` was just released by its only owner and is closed exactly once, here.
+    if unsafe { libc::close(fd) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `path` atomically (see the module comment). Returns the absolute path written.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
     write_atomic_with(path, |out| out.write_all(bytes))
@@ -175,8 +228,8 @@ pub fn write_atomic_with(
     };
     let name = path.file_name().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
     let mut attempt = 0u32;
-    let (tmp, mut file) = loop {
-        let tmp = dir.join(format!(".{}.{}.{}.tmp", name.to_string_lossy(), std::process::id(), attempt));
+    let (tmp, file) = loop {
+        let tmp = dir.join(temporary_name(name.as_encoded_bytes(), attempt));
         match OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -189,13 +242,16 @@ pub fn write_atomic_with(
             Err(e) => return Err(e),
         }
     };
+    let mut file = file;
     let mut buffered = std::io::BufWriter::with_capacity(1 << 20, &mut file);
     let result = fill(&mut buffered).and_then(|_| buffered.flush());
     drop(buffered);
     // No fsync: the rename is what makes the write atomic for every reader, and the kernel writes the
     // pages back on its own. Waiting for the disk at a JVM's exit, which waits for this, took 0.4 s for
-    // an exact profile of 275 MB (1.5 s for 1 GB); durability across a power cut is not worth that.
-    drop(file);
+    // an exact profile of 275 MB (1.5 s for 1 GB); durability across a power cut is not worth that. But
+    // close() is checked: a file system may report a failed write only there (NFS, quotas), and then the
+    // file must not replace the previous one.
+    let result = result.and_then(|_| close(file));
     if let Err(e) = result.and_then(|_| fs::rename(&tmp, path)) {
         let _ = fs::remove_file(&tmp);
         return Err(e);
@@ -259,6 +315,58 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), render(&p, Format::Collapsed, Metric::Samples));
         assert_eq!(collapsed::Lines::new(&p, Metric::Samples).byte_len(), fs::metadata(&path).unwrap().len());
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_name_of_255_bytes_is_written() {
+        let dir = std::env::temp_dir().join(format!("kprof-out-long-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        // ASCII, and multi-byte characters whose cut must fall between them.
+        for name in ["p".repeat(250) + ".html", "é".repeat(125) + ".html"] {
+            assert_eq!(name.len(), 255);
+            let target = dir.join(&name);
+            write_atomic(&target, b"one").unwrap();
+            write_atomic(&target, b"two").unwrap();
+            assert_eq!(fs::read(&target).unwrap(), b"two");
+        }
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 2, "temporaries left behind");
+        assert!(temporary_name("é".repeat(125).as_bytes(), 7).len() <= NAME_MAX);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A full file system: the write fails, the previous file stays, no temporary is left. Needs root to
+    /// mount a small tmpfs (skipped otherwise).
+    #[test]
+    fn a_full_file_system_keeps_the_previous_file() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("kprof-out-full-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            eprintln!("skipped: cannot mount a tmpfs");
+            return;
+        }
+        let target = dir.join("p.collapsed");
+        let outcome = std::panic::catch_unwind(|| {
+            write_atomic(&target, b"previous").unwrap();
+            let err = write_atomic(&target, &vec![b'x'; 1 << 20]).unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+            assert_eq!(fs::read(&target).unwrap(), b"previous");
+            assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "a temporary was left behind");
+        });
+        let _ = std::process::Command::new("umount").arg(&dir).status();
+        let _ = fs::remove_dir_all(&dir);
+        if let Err(p) = outcome {
+            std::panic::resume_unwind(p);
+        }
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! mode=bytecode's runtime side. `kprof.runtime.Bc` counts bytecodes per thread and, every `gran + r` of
 //! them, copies the thread's reified stack into the thread's ring: native memory the agent allocates per
 //! thread ([`Rings`]), written by rewritten code without a call. A drain thread reads the rings and adds
-//! each record to the CCT, resuming from where the thread's previous record left the tree (Komorium's path
-//! cache, §6.2): the application thread never waits for the tree.
+//! each record to the CCT, resuming from where the thread's previous record left the tree (the path cache
+//! of the Komorium paper, section 6.2): the application thread never waits for the tree.
 //!
 //! Ring protocol (one writer, the application thread; one reader, the agent): the thread writes a record's
 //! words, then the `published` offset; the agent reads records up to `published` and then writes

@@ -325,7 +325,7 @@ mod tree {
 
         /// The CCT node the agent recorded for the entry at `entry` (0: none yet).
         pub fn cct(self, entry: u64) -> u32 {
-            // SAFETY: as `word`; the runtime never writes this word, only the merge (under the lock) does.
+            // SAFETY: as `word`; the runtime never writes this word, only a merge of its tree (one at a time) does.
             unsafe { AtomicU32::from_ptr((entry + CCT) as *mut u32) }.load(Ordering::Relaxed)
         }
 
@@ -471,8 +471,8 @@ fn difference(
 /// next difference.
 ///
 /// # Safety
-/// Called by the JVM as a registered native method, with the calling thread's JNIEnv, by `Exact` under its
-/// lock, with a live tree's tables.
+/// Called by the JVM as a registered native method, with the calling thread's JNIEnv, by `Exact` under the
+/// monitor of the tree's state, with a live tree's tables (no other merge of that tree runs meanwhile).
 unsafe extern "C" fn merge(
     _env: *mut JNIEnv,
     _class: jclass,
@@ -482,7 +482,7 @@ unsafe extern "C" fn merge(
     last: jboolean,
 ) {
     let Some(engine) = RewritingEngine::get().filter(|e| e.mode() == EngineKind::Exact) else { return };
-    // SAFETY: Exact calls this under its lock with the tables of a tree it has not freed.
+    // SAFETY: Exact calls this under the state's monitor with the tables of a tree it has not freed.
     let tree = unsafe { tree::Tree::new() };
     let root = if root > 0 { root as NodeId } else { ROOT };
     // A panic must not unwind into the JVM: the merge is left incomplete and reported.
@@ -626,9 +626,9 @@ fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: 
     let started = std::time::Instant::now();
     let cct = engine.cct();
     let store = &engine.exact;
-    let mut merged_all = store.merged.lock().unwrap_or_else(|e| e.into_inner());
-    // The counters of the last merge, if the tree was merged before (dumps while the program runs).
-    let merged = merged_all.remove(&table).unwrap_or_default();
+    // The counters of the last merge, if the tree was merged before (dumps while the program runs). Taken
+    // out for the merge: trees of other threads merge meanwhile (one tree merges once at a time).
+    let merged = store.merged.lock().unwrap_or_else(|e| e.into_inner()).remove(&table).unwrap_or_default();
     let input = MergeInput {
         engine,
         tree,
@@ -668,9 +668,8 @@ fn merge_tree(engine: &RewritingEngine, tree: tree::Tree, table: u64, overflow: 
         out.overflow_calls += out.overflow_counts.0;
     }
     if !last {
-        merged_all.insert(table, out.keep);
+        store.merged.lock().unwrap_or_else(|e| e.into_inner()).insert(table, out.keep);
     }
-    drop(merged_all);
     if !out.new_blocks.is_empty() {
         let mut all = store.blocks.lock().unwrap_or_else(|e| e.into_inner());
         for (node, blocks) in out.new_blocks {

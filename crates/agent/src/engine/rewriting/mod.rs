@@ -174,8 +174,7 @@ impl RewritingEngine {
         };
         jvmti.set_event_callbacks(&callbacks).map_err(|e| format!("SetEventCallbacks: {e}"))?;
         let cct = host.cct();
-        let jar = extract_runtime()?;
-        jvmti.add_to_bootstrap_search(&jar).map_err(|e| format!("AddToBootstrapClassLoaderSearch({jar}): {e}"))?;
+        boot_runtime(jvmti)?;
         if natives {
             jvmti.set_native_method_prefix(NATIVE_PREFIX).map_err(|e| format!("SetNativeMethodPrefix: {e}"))?;
         }
@@ -377,38 +376,41 @@ impl RewritingEngine {
         Ok(())
     }
 
-    /// Gives every loaded class its identity hash now, in load order, on this thread. HotSpot computes an
-    /// object's identity hash from the thread that first asks for it; JIT compiler threads ask for some
-    /// class mirrors at times that vary from run to run, and JDK code keyed by classes (method types,
-    /// reflection caches) then takes different paths. Asking first, deterministically, keeps bytecode
-    /// counts reproducible.
+    /// Gives every loaded class its identity hash now, on this thread, in the order of their names.
+    /// HotSpot computes an object's identity hash from the thread that first asks for it; JIT compiler
+    /// threads ask for some class mirrors at times that vary from run to run, and JDK code keyed by classes
+    /// (method types, reflection caches, the record methods' tables) then takes different paths. Asking
+    /// first, deterministically, keeps bytecode counts reproducible. Not in the order the JVM lists them:
+    /// that is load order, and the JDK's own threads (reference handler, finalizer, signal dispatcher)
+    /// load some classes at start while the main thread loads others, in an order that varies. The JVM
+    /// does not list the primitive types' classes (`int.class`, keys of JDK tables too): they come first.
     fn fix_class_hashes(&self, jni: Jni) {
-        if let Ok(classes) = self.jvmti.loaded_classes() {
-            for &k in classes.as_slice() {
-                let _ = self.jvmti.object_hash(k);
-                jni.delete_local_ref(k);
+        let mut named: Vec<(String, jclass)> = Vec::new();
+        for (wrapper, sig) in PRIMITIVES {
+            let Some(class) = jni.find_class(wrapper) else { continue };
+            if let Some(field) = jni.static_field_id(class, "TYPE", "Ljava/lang/Class;") {
+                let primitive = jni.static_object_field(class, field);
+                if !primitive.is_null() {
+                    named.push((sig.to_string(), primitive));
+                }
             }
+            jni.delete_local_ref(class);
+        }
+        if let Ok(classes) = self.jvmti.loaded_classes() {
+            named.extend(classes.as_slice().iter().map(|&k| (self.jvmti.class_signature(k).unwrap_or_default(), k)));
+        }
+        // Stable: classes of one name (several loaders) keep their relative order.
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, k) in named {
+            let _ = self.jvmti.object_hash(k);
+            jni.delete_local_ref(k);
         }
     }
 
     fn load_runtime(&self, jni: Jni) -> Result<Runtime, String> {
-        // The runtime's module (the boot loader's unnamed module), from a class whose initialisation needs
-        // nothing: Bc's needs jdk.internal.misc.Unsafe, which java.base must export to it first. The helpers
-        // write the reified stack with Unsafe (raw memory: no application array aliases it, so the JIT keeps
-        // the application's loads across the store).
-        let state = jni
-            .find_class(&format!("{RUNTIME_PREFIX}T"))
-            .ok_or("the runtime class kprof/runtime/T cannot be loaded")?;
-        let module_local = jni.module_of(state);
-        jni.delete_local_ref(state);
-        let module = jni.new_global_ref(module_local);
-        jni.delete_local_ref(module_local);
-        let object = jni.find_class("java/lang/Object").ok_or("java.lang.Object not found")?;
-        let base = jni.module_of(object);
-        jni.delete_local_ref(object);
-        let exported = self.jvmti.add_module_exports(base, "jdk.internal.misc", module);
-        jni.delete_local_ref(base);
-        exported.map_err(|e| format!("AddModuleExports(java.base, jdk.internal.misc): {e}"))?;
+        // The helpers write the reified stack with Unsafe (raw memory: no application array aliases it, so
+        // the JIT keeps the application's loads across the store).
+        let module = runtime_module(jni, self.jvmti)?;
         let bc = bytecode::BcRuntime::load(jni)?;
         let exact = exact::ExactRuntime::load(jni)?;
         let module_class = jni.find_class("java/lang/Module").ok_or("java.lang.Module not found")?;
@@ -603,6 +605,53 @@ impl RewritingEngine {
         self.cct
     }
 }
+
+/// Puts the Java runtime (the embedded jar) on the boot class path, once per process: every engine with
+/// Java helpers (the rewriting engines, the lock engine) calls this before it loads one of them.
+pub(crate) fn boot_runtime(jvmti: Jvmti) -> Result<(), String> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let jar = extract_runtime()?;
+        jvmti.add_to_bootstrap_search(&jar).map_err(|e| format!("AddToBootstrapClassLoaderSearch({jar}): {e}"))
+    })
+    .clone()
+}
+
+/// The runtime's module (the boot loader's unnamed module, a global reference), once java.base exports
+/// `jdk.internal.misc` to it: the helpers use `Unsafe`. Found from a class whose initialisation needs
+/// nothing (the others' need `Unsafe`). Call after [`boot_runtime`], on a thread attached to the JVM.
+pub(crate) fn runtime_module(jni: Jni, jvmti: Jvmti) -> Result<jobject, String> {
+    static MODULE: OnceLock<usize> = OnceLock::new();
+    if let Some(&m) = MODULE.get() {
+        return Ok(m as jobject);
+    }
+    let state =
+        jni.find_class(&format!("{RUNTIME_PREFIX}T")).ok_or("the runtime class kprof/runtime/T cannot be loaded")?;
+    let module_local = jni.module_of(state);
+    jni.delete_local_ref(state);
+    let module = jni.new_global_ref(module_local);
+    jni.delete_local_ref(module_local);
+    let object = jni.find_class("java/lang/Object").ok_or("java.lang.Object not found")?;
+    let base = jni.module_of(object);
+    jni.delete_local_ref(object);
+    let exported = jvmti.add_module_exports(base, "jdk.internal.misc", module);
+    jni.delete_local_ref(base);
+    exported.map_err(|e| format!("AddModuleExports(java.base, jdk.internal.misc): {e}"))?;
+    Ok(*MODULE.get_or_init(|| module as usize) as jobject)
+}
+
+/// The wrapper classes whose `TYPE` is a primitive type's class, with that type's signature.
+const PRIMITIVES: [(&str, &str); 9] = [
+    ("java/lang/Boolean", "Z"),
+    ("java/lang/Byte", "B"),
+    ("java/lang/Character", "C"),
+    ("java/lang/Short", "S"),
+    ("java/lang/Integer", "I"),
+    ("java/lang/Long", "J"),
+    ("java/lang/Float", "F"),
+    ("java/lang/Double", "D"),
+    ("java/lang/Void", "V"),
+];
 
 /// Writes the embedded runtime jar to `/tmp/.kprof-<uid>/kprof-runtime-<hash>.jar` (a private
 /// directory) unless it is already there, and returns its path.

@@ -12,9 +12,13 @@
 //! the fields. The fields are primitive or null by default, so code reading them before the runtime is ready
 //! reads zeros. On attach the class exists already and cannot gain fields: rewritten code then finds its
 //! state through the table instead ([`kprof_classfile::transform::bytecode`]).
+//!
+//! The same environment gives `java.util.ImmutableCollections` a fixed iteration seed as it is defined
+//! ([`seed`]): its class initializer runs long before the agent can rewrite anything else.
 
 use crate::jvmti::bindings::*;
 use crate::jvmti::{JavaVm, Jvmti};
+use kprof_classfile::transform::seed;
 use kprof_classfile::{add_fields, NewField};
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,16 +92,23 @@ unsafe extern "C" fn on_class_file_load_hook(
         if name.is_null() || !loader.is_null() || !class_being_redefined.is_null() || class_data.is_null() {
             return;
         }
-        // SAFETY: the JVM passes a NUL-terminated class name.
-        if unsafe { CStr::from_ptr(name) }.to_bytes() != b"java/lang/Thread" || class_data_len <= 0 {
+        if class_data_len <= 0 {
             return;
         }
+        // SAFETY: the JVM passes a NUL-terminated class name.
+        let name = unsafe { CStr::from_ptr(name) }.to_bytes();
         // SAFETY: the JVM passes `class_data_len` bytes at `class_data`.
         let data = unsafe { std::slice::from_raw_parts(class_data, class_data_len as usize) };
-        let mut out = Vec::new();
-        if add_fields(data, &FIELDS, &mut out).is_err() {
-            return;
-        }
+        let thread = name == b"java/lang/Thread";
+        let out = if thread {
+            let mut out = Vec::new();
+            add_fields(data, &FIELDS, &mut out).ok().map(|_| out)
+        } else if name == seed::CLASS.as_bytes() {
+            seed::fix_seed(data)
+        } else {
+            None
+        };
+        let Some(out) = out else { return };
         // SAFETY: the JVM passes its JVMTI environment.
         let env = unsafe { Jvmti::from_raw(jvmti) };
         if let Ok(p) = env.allocate_copy(&out) {
@@ -106,7 +117,9 @@ unsafe extern "C" fn on_class_file_load_hook(
                 *new_class_data_len = out.len() as jint;
                 *new_class_data = p;
             }
-            ADDED.store(true, Ordering::Release);
+            if thread {
+                ADDED.store(true, Ordering::Release);
+            }
         }
     })
 }

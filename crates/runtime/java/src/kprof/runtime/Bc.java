@@ -22,13 +22,16 @@ import jdk.internal.vm.annotation.Stable;
  *   exception handlers:   iload D; invokestatic Bc.handler(I)V
  *   one-block leaves:     ldc -N; ldc ID; invokestatic Bc.leafExit(II)V before each return (no locals)
  *   intrinsic candidates: not counted; invokestatic Bc.mute()V before and Bc.unmute()V after each call
+ *   java.lang.invoke:     left alone; Bc.mute()V before and Bc.unmute()V after each call out of it
+ *   ClassLoader.loadClass(String): Bc.mute()V first, Bc.unmute()V before each return and in a handler
+ *                         that rethrows what escapes
  * </pre>
  *
  * <p>Counting: a block's bytecodes go to the local C; a check commits C to the thread's counter (the
  * bytecodes left before the next sample) once it holds MaxPath bytecodes, an exit always. A commit that
  * takes the counter to zero or below records a sample: the first D entries of the reified stack, the method
  * and the bytecodes counted since the thread's previous sample (Komorium: a sample stands for the period
- * before it). Checks sit where Komorium §5.2 puts them, and every call and exit commits what the method
+ * before it). Checks sit where the Komorium paper (section 5.2) puts them, and every call and exit commits what the method
  * counted, so a sample's context is always the context its bytecodes were counted in.
  *
  * <p>The reified stack is kept by the callee: {@code enter} writes the method's id at the depth the caller
@@ -150,27 +153,29 @@ public final class Bc {
     }
 
     /** At an exception handler of a method at depth {@code d}: callees take depth {@code d + 1} again,
-     *  whatever depth the frames the exception unwound left behind, and no mute bracket stays open. */
+     *  whatever depth the frames the exception unwound left behind, and the mute brackets opened below
+     *  this method (which the exception left) end; a bracket this method runs inside stays open. */
     @ForceInline
     public static void handler(int d) {
         Thread ct = Thread.currentThread();
         ct.kprof$sp = d + 1;
         T t = ct.kprof$t;
-        if (t != null && t.mute != 0) {
-            t.mute = 0;
+        if (t != null && t.mute != 0 && t.closeAbove(d)) {
             ct.kprof$c = t.saved;
         }
     }
 
-    /** Before a call in an intrinsic candidate (a JDK method the JIT may replace by intrinsic code): the
-     *  callee, and everything it calls, counts nothing, as it would not run at all once the intrinsic is in
-     *  use, so counts do not depend on when the JIT compiled the caller. The counter is parked out of reach
-     *  and restored after the call: what the callees count is dropped. */
+    /** Before a muted call: the callee, and everything it calls, counts nothing. In an intrinsic candidate
+     *  (a JDK method the JIT may replace by intrinsic code), as the callee would not run at all once the
+     *  intrinsic is in use, so counts do not depend on when the JIT compiled the caller; out of
+     *  java.lang.invoke and in the JVM's class loading, whose paths depend on state other threads, the
+     *  collector and the JVM's memory layout decide (see the policy in the rewriter). The counter is
+     *  parked out of reach and restored after the call: what the callees count is dropped. */
     @ForceInline
     public static void mute() {
         Thread ct = Thread.currentThread();
         T t = ct.kprof$t;
-        if (t != null && t.mute++ == 0) {
+        if (t != null && t.open(ct.kprof$sp)) {
             t.saved = ct.kprof$c;
             ct.kprof$c = Integer.MAX_VALUE;
         }
@@ -321,6 +326,7 @@ public final class Bc {
             for (int i = 0; i < liveCount; i++) {
                 T t = live[i];
                 t.cached = 0;
+                t.mute = 0;
                 t.period = gran + t.nextRandom(rand);
                 t.c = t.period;
                 t.cap = Math.min(depth, t.alloc);
@@ -366,10 +372,12 @@ public final class Bc {
                 return;
             }
             if (t.on) {
-                endedResidual += (long) t.period - (fields ? th.kprof$c : t.c);
+                endedResidual += (long) t.period - counter(t);
             }
-            Bt.forget(t);
         }
+        // Outside LOCK: Bt's lookup holds its own lock when it calls create, which takes LOCK, so taking
+        // Bt's lock under LOCK here deadlocked a thread ending against one starting to count.
+        Bt.forget(t);
         // This thread is the block's only writer: after this it writes nothing there, and the agent drains it.
         t.on = false;
         t.cap = 0;
@@ -380,6 +388,11 @@ public final class Bc {
         release(t.hdr);
     }
 
+    /** The bytecodes {@code t}'s thread has left before its next sample (the saved counter while muted). */
+    private static int counter(T t) {
+        return t.mute != 0 ? t.saved : fields ? t.owner.kprof$c : t.c;
+    }
+
     /** Bytecodes counted since each thread's last sample, over all threads, ended ones included. */
     static long residual() {
         synchronized (LOCK) {
@@ -387,7 +400,7 @@ public final class Bc {
             for (int i = 0; i < liveCount; i++) {
                 T t = live[i];
                 if (t.on) {
-                    sum += (long) t.period - (fields ? t.owner.kprof$c : t.c);
+                    sum += (long) t.period - counter(t);
                 }
             }
             return sum;

@@ -159,16 +159,16 @@ public final class Bt {
     @ForceInline
     public static void handler(T t, int d) {
         t.sp = d + 1;
-        if (t.mute != 0) {
-            t.mute = 0;
+        if (t.mute != 0 && t.closeAbove(d)) {
             t.c = t.saved;
         }
     }
 
+    /** See {@link Bc#mute}. {@link #OFF} is shared by the threads that are not profiled: it never mutes. */
     @ForceInline
     public static void mute() {
         T t = t();
-        if (t.mute++ == 0) {
+        if (t != OFF && t.open(t.sp)) {
             t.saved = t.c;
             t.c = Integer.MAX_VALUE;
         }

@@ -747,6 +747,7 @@ public final class Exact {
                 if (threadRoots) {
                     s.root = threadRoot(Thread.currentThread().getName());
                 }
+                s.listed = true;
                 s.next = TABLE[b];
             } else if (prev != null) {
                 prev.next = s.next;
@@ -779,7 +780,8 @@ public final class Exact {
     }
 
     /** Adds what {@code s} counted since its last merge to the agent's tree; {@code last}: the state is not
-     *  merged again (its thread ended, or profiling stops). Caller holds LOCK. */
+     *  merged again (its thread ended, or profiling stops). Caller holds {@code s}'s monitor, and {@code s} is
+     *  listed (its memory not freed). */
     private static void merge(ExactState s, boolean last) {
         // The agent names a table by its first entry's address with its number of slots in the top 16 bits.
         merge(s.rootTable | (1L << 48), s.overflowTable | ((long) CAP << 48), s.root, last);
@@ -789,6 +791,7 @@ public final class Exact {
      *  its memory (and that of states the thread had in earlier sessions). */
     static void threadEnded() {
         long id = Thread.currentThread().getId();
+        ExactState ended = null;
         synchronized (LOCK) {
             int b = (int) id & (BUCKETS - 1);
             ExactState prev = null;
@@ -800,10 +803,22 @@ public final class Exact {
                         prev.next = s.next;
                     }
                     unpublish(s);
-                    merge(s, true);
-                    free(s);
+                    ended = s;
                     break;
                 }
+            }
+        }
+        // Merged outside LOCK (other threads start and end meanwhile), under the state's monitor, which a
+        // dump's merge of the same tree holds too; once unlisted, no merge reads the tree again.
+        if (ended != null) {
+            synchronized (ended) {
+                ended.listed = false;
+                merge(ended, true);
+            }
+        }
+        synchronized (LOCK) {
+            if (ended != null) {
+                free(ended);
             }
             ExactState prior = null;
             for (ExactState s = retired; s != null; s = s.next) {
@@ -821,11 +836,31 @@ public final class Exact {
         }
     }
 
-    /** Called by the agent before it writes the profile: merges every live thread's tree. */
+    /** Called by the agent before it writes the profile: merges every live thread's tree. LOCK is held only
+     *  to list the states, each merged under its own monitor: a thread that starts counting meanwhile does
+     *  not wait for the merges, and one that ends waits for its own tree's. A state that left the table in
+     *  between (its thread ended, profiling stopped or restarted) was merged for the last time there, or
+     *  retired, and is skipped. */
     static void mergeAll() {
+        ExactState[] live;
         synchronized (LOCK) {
+            int n = 0;
             for (ExactState head : TABLE) {
                 for (ExactState s = head; s != null; s = s.next) {
+                    n++;
+                }
+            }
+            live = new ExactState[n];
+            n = 0;
+            for (ExactState head : TABLE) {
+                for (ExactState s = head; s != null; s = s.next) {
+                    live[n++] = s;
+                }
+            }
+        }
+        for (ExactState s : live) {
+            synchronized (s) {
+                if (s.listed) {
                     merge(s, false);
                 }
             }
@@ -839,6 +874,9 @@ public final class Exact {
             for (int b = 0; b < BUCKETS; b++) {
                 for (ExactState s = TABLE[b]; s != null; ) {
                     ExactState next = s.next;
+                    synchronized (s) {
+                        s.listed = false;
+                    }
                     unpublish(s);
                     s.next = retired;
                     retired = s;
@@ -868,7 +906,10 @@ public final class Exact {
                 for (ExactState s = TABLE[b]; s != null; ) {
                     ExactState next = s.next;
                     unpublish(s);
-                    merge(s, true);
+                    synchronized (s) {
+                        s.listed = false;
+                        merge(s, true);
+                    }
                     s.next = retired;
                     retired = s;
                     s = next;

@@ -3,7 +3,7 @@ package kprof.runtime;
 /**
  * The per-thread state of exact mode: where the thread is in its own calling context tree, and the native
  * memory that tree lives in. One per Java thread, found by {@link Exact#enter}'s callers ({@link Ef#state},
- * {@link Exact#current}). Only its own thread writes it (the merge, under {@link Exact}'s lock, reads the
+ * {@link Exact#current}). Only its own thread writes it (the merge, under this state's monitor, reads the
  * tree through {@link #rootTable}), except {@link Exact#OFF}, a shared state whose values are never read.
  *
  * <p>The tree is native memory ({@link Exact} describes the layout): a context is a 64-byte entry in its
@@ -55,6 +55,10 @@ public final class ExactState {
     int root;
     /** Next state in the same bucket of {@link Exact}'s table, or of its list of retired states. */
     ExactState next;
+    /** Its tree may still be merged: set when the state enters {@link Exact}'s table (under its lock),
+     *  cleared under this state's monitor once the tree is merged for the last time (thread ended, profiling
+     *  stopped) or retired by a new session; merges hold the monitor and check it. */
+    boolean listed;
 
     ExactState(Thread owner, long tid) {
         this.owner = owner;

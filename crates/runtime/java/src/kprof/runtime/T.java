@@ -53,6 +53,9 @@ public final class T {
     /** Nesting of mute brackets, and the counter the outermost one saved. */
     int mute;
     int saved;
+    /** The depth callees had when each open bracket opened, innermost last (the first {@link #BRACKETS}). */
+    final int[] bracketSp = new int[BRACKETS];
+    static final int BRACKETS = 64;
     /** The thread this state belongs to, and its id (for the table). */
     final Thread owner;
     final long tid;
@@ -62,6 +65,25 @@ public final class T {
     T(Thread owner, long tid) {
         this.owner = owner;
         this.tid = tid;
+    }
+
+    /** Opens a mute bracket whose callees take depth {@code sp}; true for the outermost one. */
+    @ForceInline
+    boolean open(int sp) {
+        int m = mute++;
+        if (m < BRACKETS) {
+            bracketSp[m] = sp;
+        }
+        return m == 0;
+    }
+
+    /** An exception handler at depth {@code d}: closes the brackets opened for deeper frames (past
+     *  {@link #BRACKETS} brackets, whose depths are not kept, all of them); true if none stays open. */
+    boolean closeAbove(int d) {
+        while (mute > 0 && (mute > BRACKETS || bracketSp[mute - 1] > d)) {
+            mute--;
+        }
+        return mute == 0;
     }
 
     /** The next value in [0, bound) of the thread's generator (xorshift32). */

@@ -2,7 +2,7 @@ package java.lang;
 
 /**
  * Compile-time stand-in for java.lang.Thread: only what the runtime helpers use, with the fields the agent adds
- * to the real class when it starts with the JVM (src/engine/rewriting/thread_fields.rs). Never shipped:
+ * to the real class when it starts with the JVM (crates/agent/src/engine/rewriting/thread_fields.rs). Never shipped:
  * build.rs compiles the helpers against it (--patch-module) and packs only the helpers.
  */
 public class Thread implements Runnable {

@@ -1,0 +1,295 @@
+//! What the sampling engines share: the table of sampled threads ([`threads`]), the threads found
+//! running when a session starts ([`live`]), and a stack walk in a signal handler with AsyncGetCallTrace
+//! recorded into the CCT through the thread's path cache ([`Walker`], [`record_stack`]).
+//!
+//! Everything here that a handler calls allocates nothing, takes no lock and calls nothing but
+//! AsyncGetCallTrace and async-signal-safe system calls.
+
+pub mod jvmti_path;
+pub mod live;
+pub mod threads;
+
+use crate::cct::{Cct, NodeId};
+use crate::engine::Host;
+use crate::frame::{FrameId, Pseudo};
+use crate::jvmti::bindings::*;
+use crate::jvmti::Jvmti;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+use threads::{CallFrame, Entered, PathEntry};
+
+pub use kprof_timers::gettid;
+
+/// The signal of the wall engine's sampler. Not used by HotSpot (which handles SEGV, BUS, ILL, FPE, PIPE,
+/// XFSZ, USR2, QUIT, HUP, INT, TERM), nor by the cpu engine's timers.
+pub const WALL_SIGNAL: libc::c_int = libc::SIGVTALRM;
+
+/// Every signal whose handler samples a thread's slot: each handler blocks them all, so that two never
+/// nest on one thread.
+pub const SIGNALS: [libc::c_int; 3] = [kprof_timers::SIGNAL, libc::SIGPROF, WALL_SIGNAL];
+
+/// Whether `tid` is a thread of this process now.
+pub fn is_own_thread(tid: i32) -> bool {
+    kprof_timers::signals::is_own_thread(tid)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds. Async-signal-safe (the vDSO, no lock).
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `ASGCT_CallTrace`.
+#[repr(C)]
+struct CallTrace {
+    env: *mut c_void,
+    num_frames: i32,
+    frames: *mut CallFrame,
+}
+
+type AsgctFn = unsafe extern "C" fn(*mut CallTrace, i32, *mut c_void);
+
+/// Finds AsyncGetCallTrace in the JVM.
+fn find_asgct() -> Option<AsgctFn> {
+    // SAFETY: dlsym/dlopen with NUL-terminated names; RTLD_NOLOAD never loads a new library.
+    let mut p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"AsyncGetCallTrace".as_ptr()) };
+    if p.is_null() {
+        // SAFETY: as above.
+        let handle = unsafe { libc::dlopen(c"libjvm.so".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        if !handle.is_null() {
+            // SAFETY: as above.
+            p = unsafe { libc::dlsym(handle, c"AsyncGetCallTrace".as_ptr()) };
+        }
+    }
+    // SAFETY: the symbol is HotSpot's `void AsyncGetCallTrace(ASGCT_CallTrace*, jint, void*)`.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, AsgctFn>(p) })
+}
+
+/// Whether this JVM has AsyncGetCallTrace (an engine's `check`).
+pub fn check_asgct() -> Result<(), String> {
+    find_asgct().map(|_| ()).ok_or_else(|| "AsyncGetCallTrace not found in this JVM".to_string())
+}
+
+/// Sets up, once, the JVMTI environment AsyncGetCallTrace needs: ClassLoad events (it refuses to walk
+/// stacks without them) and CompiledMethodLoad, which makes HotSpot keep debug information at
+/// non-safepoint PCs (DebugNonSafepoints), so compiled and inlined frames are attributed precisely.
+pub fn enable_stack_walks(host: &dyn Host) -> Result<(), String> {
+    static ENV: OnceLock<Jvmti> = OnceLock::new();
+    if ENV.get().is_some() {
+        return Ok(());
+    }
+    let env = host.vm().jvmti(JVMTI_VERSION_1_2).ok_or("no JVMTI environment")?;
+    let potential = env.potential_capabilities().map_err(|e| format!("GetPotentialCapabilities: {e}"))?;
+    let mut caps = jvmtiCapabilities::default();
+    if potential.can_generate_compiled_method_load_events() != 0 {
+        caps.set_can_generate_compiled_method_load_events(1);
+    }
+    env.add_capabilities(&caps).map_err(|e| format!("AddCapabilities: {e}"))?;
+    let callbacks = jvmtiEventCallbacks {
+        ClassLoad: Some(on_class_load),
+        CompiledMethodLoad: Some(on_compiled_method_load),
+        ..Default::default()
+    };
+    env.set_event_callbacks(&callbacks).map_err(|e| format!("SetEventCallbacks: {e}"))?;
+    env.set_event(JVMTI_EVENT_CLASS_LOAD, true).map_err(|e| format!("enabling ClassLoad: {e}"))?;
+    // Fails without its capability; nothing else depends on it.
+    let _ = env.set_event(JVMTI_EVENT_COMPILED_METHOD_LOAD, true);
+    let _ = ENV.set(env);
+    Ok(())
+}
+
+unsafe extern "C" fn on_class_load(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, _thread: jthread, _klass: jclass) {}
+
+unsafe extern "C" fn on_compiled_method_load(
+    _jvmti: *mut jvmtiEnv,
+    _method: jmethodID,
+    _code_size: jint,
+    _code_addr: *const c_void,
+    _map_length: jint,
+    _map: *const jvmtiAddrLocationMap,
+    _compile_info: *const c_void,
+) {
+}
+
+/// What a walk found: the frames (callee first) or AsyncGetCallTrace's (non-positive) result code.
+pub enum Walk<'a> {
+    Stack {
+        frames: &'a [CallFrame],
+        /// The stack was at least `depth` deep: outer frames are cut.
+        truncated: bool,
+        /// The first walk failed and a walk from the caller's frame succeeded.
+        recovered: bool,
+    },
+    Failed(i32),
+}
+
+/// AsyncGetCallTrace with a depth limit.
+#[derive(Clone, Copy)]
+pub struct Walker {
+    asgct: AsgctFn,
+    pub depth: u32,
+}
+
+impl Walker {
+    pub fn new(depth: u32) -> Result<Walker, String> {
+        let asgct = find_asgct().ok_or("AsyncGetCallTrace not found in this JVM")?;
+        Ok(Walker { asgct, depth })
+    }
+
+    /// Walks the interrupted thread's stack into its slot's frame buffer. When the top frame is not
+    /// walkable (-5, -6: typically a stub or a method prologue that has not set up its frame yet), walks
+    /// again as if the top function had returned: its caller usually is walkable.
+    ///
+    /// # Safety
+    /// Runs in a signal handler on the thread `slot` belongs to; `ucontext` is the interrupted context
+    /// the kernel passed to the handler.
+    pub unsafe fn walk<'a>(&self, slot: &'a Entered, ucontext: *mut c_void) -> Walk<'a> {
+        let (frames, len) = slot.frames();
+        let depth = len.min(self.depth);
+        let mut trace = CallTrace { env: slot.env(), num_frames: 0, frames };
+        // SAFETY: `trace` points to this thread's JNIEnv and a buffer of `depth` frames owned by the slot
+        // (never freed); `ucontext` is the interrupted context. AsyncGetCallTrace is designed to run in a
+        // signal handler on the sampled thread.
+        unsafe { (self.asgct)(&mut trace, depth as i32, ucontext) };
+        let mut recovered = false;
+        if matches!(trace.num_frames, -5 | -6) {
+            let first = trace.num_frames;
+            for words in [1, 2] {
+                // SAFETY: `ucontext` is the interrupted context; the copy reads a word or two at the stack
+                // pointer (mapped stack memory).
+                let Some(mut uc) = (unsafe { caller_context(ucontext, words) }) else { break };
+                trace.num_frames = 0;
+                // SAFETY: as for the first call, with a context that describes the caller.
+                unsafe { (self.asgct)(&mut trace, depth as i32, &mut uc as *mut libc::ucontext_t as *mut c_void) };
+                if trace.num_frames > 0 {
+                    recovered = true;
+                    break;
+                }
+            }
+            if trace.num_frames <= 0 {
+                trace.num_frames = first;
+            }
+        }
+        if trace.num_frames > 0 {
+            let n = (trace.num_frames as usize).min(depth as usize);
+            // SAFETY: AsyncGetCallTrace filled `num_frames` (<= depth) entries of the buffer.
+            let frames = unsafe { std::slice::from_raw_parts(frames, n) };
+            Walk::Stack { frames, truncated: trace.num_frames as u32 >= depth, recovered }
+        } else {
+            Walk::Failed(trace.num_frames)
+        }
+    }
+}
+
+/// The node of a walk below `root`: the stack's innermost frame, or the pseudo-frame of a failed walk.
+/// Walks the CCT only from where the stack differs from the thread's previous sample (Komorium's path
+/// cache): hash probes are cache misses, and consecutive samples of a thread mostly share their outer
+/// frames. Each frame's callsite is the bci its caller was executing.
+pub fn record_stack(cct: &Cct, slot: &Entered, root: NodeId, walk: &Walk) -> NodeId {
+    let (stack, truncated) = match walk {
+        Walk::Stack { frames, truncated, .. } => (*frames, *truncated),
+        Walk::Failed(code) => {
+            return cct.child(root, FrameId::pseudo(Pseudo::from_asgct(*code)), -1).unwrap_or(cct.overflow())
+        }
+    };
+    let base = if truncated {
+        cct.child(root, FrameId::pseudo(Pseudo::Truncated), -1).unwrap_or(cct.overflow())
+    } else {
+        root
+    };
+    let (path, cached_base, cached_len) = slot.path();
+    let mut valid = if cached_base == base { cached_len.min(path.len()) } else { 0 };
+    let mut node = base;
+    let mut len = 0;
+    for (k, i) in (0..stack.len()).rev().enumerate() {
+        if node == cct.overflow() || k >= path.len() {
+            break;
+        }
+        let f = stack[i];
+        let callsite = stack.get(i + 1).map_or(-1, |caller| caller.lineno.max(-1));
+        let id = if f.method_id.is_null() {
+            FrameId::pseudo(Pseudo::UnknownJava)
+        } else if f.lineno == -3 {
+            FrameId::jnative(f.method_id as u64)
+        } else {
+            FrameId::jmethod(f.method_id as u64)
+        };
+        if k < valid && path[k].frame == id.0 && path[k].callsite == callsite {
+            node = path[k].node;
+        } else {
+            valid = 0;
+            node = cct.child(node, id, callsite).unwrap_or(cct.overflow());
+            path[k] = PathEntry { frame: id.0, callsite, node };
+        }
+        len = k + 1;
+    }
+    slot.set_path(base, if node == cct.overflow() { 0 } else { len });
+    node
+}
+
+/// A copy of `ucontext` that describes the state right after the interrupted function returns: the
+/// return address at the stack pointer becomes the PC (x86-64), or the link register does (aarch64).
+/// Exact at a function's first instruction and in frameless stubs; elsewhere AsyncGetCallTrace rejects
+/// the made-up state, which costs nothing but the retry.
+///
+/// # Safety
+/// `ucontext` must be the context the kernel passed to the signal handler.
+#[allow(unused_variables)]
+unsafe fn caller_context(ucontext: *mut c_void, words: usize) -> Option<libc::ucontext_t> {
+    if ucontext.is_null() {
+        return None;
+    }
+    // SAFETY: the kernel's ucontext is a valid, initialised ucontext_t.
+    let mut uc: libc::ucontext_t = unsafe { std::ptr::read(ucontext as *const libc::ucontext_t) };
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
+        if sp == 0 || sp % 8 != 0 {
+            return None;
+        }
+        // SAFETY: the interrupted thread's stack pointer points into its mapped, readable stack.
+        let ret = unsafe { (sp as *const usize).add(words - 1).read() };
+        if words == 2 {
+            // The word below the return address is the caller's saved frame pointer.
+            // SAFETY: as above.
+            uc.uc_mcontext.gregs[libc::REG_RBP as usize] = unsafe { (sp as *const i64).read() };
+        }
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] = ret as i64;
+        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = (sp + 8 * words) as i64;
+        Some(uc)
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if words != 1 {
+            return None;
+        }
+        uc.uc_mcontext.pc = uc.uc_mcontext.regs[30];
+        Some(uc)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        None
+    }
+}
+
+/// Saves and restores `errno` around a handler's work: the interrupted code must find it as it left it.
+pub struct ErrnoGuard(i32);
+
+impl ErrnoGuard {
+    #[inline]
+    pub fn save() -> ErrnoGuard {
+        // SAFETY: errno is thread-local and always addressable.
+        ErrnoGuard(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for ErrnoGuard {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
