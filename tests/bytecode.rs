@@ -126,8 +126,11 @@ fn the_same_run_twice_gives_byte_identical_profiles_and_totals() {
             );
             if !is_collector(name) {
                 // The estimated total counts every thread, and what the JDK's reference-handling threads
-                // run depends on the collector.
-                assert_eq!(r3.summary()["bytecodes"], s1["bytecodes"], "{} {name}", jdk.label());
+                // run depends on the collector and on when it runs (the interpreter alone allocates what
+                // compiled code would not, so its collections come elsewhere): within one period, which
+                // the profile's samples, identical above, leave to those threads.
+                let total: f64 = r3.summary()["bytecodes"].parse().unwrap();
+                assert!((total - bytecodes).abs() < 10_100.0, "{} {name}: {total} vs {bytecodes}", jdk.label());
             }
         }
     });
