@@ -126,8 +126,11 @@ fn the_same_run_twice_gives_byte_identical_profiles_and_totals() {
             );
             if !is_collector(name) {
                 // The estimated total counts every thread, and what the JDK's reference-handling threads
-                // run depends on the collector.
-                assert_eq!(r3.summary()["bytecodes"], s1["bytecodes"], "{} {name}", jdk.label());
+                // run depends on the collector and on when it runs (the interpreter alone allocates what
+                // compiled code would not, so its collections come elsewhere): within one period, which
+                // the profile's samples, identical above, leave to those threads.
+                let total: f64 = r3.summary()["bytecodes"].parse().unwrap();
+                assert!((total - bytecodes).abs() < 10_100.0, "{} {name}: {total} vs {bytecodes}", jdk.label());
             }
         }
     });
@@ -782,5 +785,102 @@ fn threads_starting_and_ending_in_an_attached_session_never_deadlock() {
         assert!(attached, "{}: never attached", jdk.label());
         let line = program.wait_line("'threadchurn:'", Duration::from_secs(600), |l| l.starts_with("threadchurn:"));
         assert!(line.contains("threads=12000"), "{}: {line}", jdk.label());
+    });
+}
+
+/// stack=walk keeps no reified stack: a sample walks the thread's own stack and keeps the frames of
+/// rewritten methods that call, which are the entries the reified stack holds. So the profiles are the same
+/// byte for byte (the counting is the same), through exceptions too; `stack=auto` walks at coarse
+/// granularities; deeper than `depth`, the outer entries are kept as with the reified stack.
+#[test]
+fn stack_walk_gives_the_profiles_of_the_reified_stack() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-walk-{}", jdk.label()));
+        for (program, gran) in [("kprof.harness.Deterministic", 10_000), ("kprof.harness.Throwing", 1000)] {
+            let mut runs = Vec::new();
+            for stack in ["reified", "walk"] {
+                let name = format!("{}-{stack}", short(program));
+                let opts = format!("gran={gran},stack={stack}");
+                let (run, file) = profile(jdk, &dir, &name, &opts, &[], program, &[]);
+                assert_eq!(run.summary()["stack"], stack, "{}: {}", jdk.label(), run.stderr);
+                runs.push((run, std::fs::read(&file).unwrap()));
+            }
+            let (reified, walk) = (&runs[0], &runs[1]);
+            assert!(reified.1.len() > 1000, "{}: {program}: a small profile", jdk.label());
+            assert_eq!(program_output(&reified.0), program_output(&walk.0));
+            if program.ends_with("Throwing") {
+                // Throwing links string concatenations for the first time inside the profiled code, whose
+                // JDK-side count can still move from run to run whatever the stack: compared on the
+                // harness's frames.
+                let read = |name: &str| read_profile(&dir.join(format!("Throwing-{name}.collapsed"))).unwrap();
+                let overlap = overlap_on_harness(&read("reified"), &read("walk"));
+                assert!(overlap > 99.5, "{}: {program}: overlap {overlap:.2} %", jdk.label());
+                continue;
+            }
+            assert!(reified.1 == walk.1, "{}: {program}: stack=walk and stack=reified profiles differ", jdk.label());
+            assert_eq!(reified.0.summary()["bytecodes"], walk.0.summary()["bytecodes"], "{}", jdk.label());
+        }
+        // auto walks from gran=100000 up (and gives the reified stack's profile there too).
+        let program = "kprof.harness.Deterministic";
+        let (auto, a) = profile(jdk, &dir, "auto", "gran=100000", &[], program, &[]);
+        let (_, r) = profile(jdk, &dir, "reified", "gran=100000,stack=reified", &[], program, &[]);
+        assert_eq!(auto.summary()["stack"], "walk", "{}", jdk.label());
+        assert!(std::fs::read(&a).unwrap() == std::fs::read(&r).unwrap(), "{}: auto at gran=100000", jdk.label());
+        let (small, _) = profile(jdk, &dir, "auto-small", "gran=10000", &[], program, &[]);
+        assert_eq!(small.summary()["stack"], "reified", "{}", jdk.label());
+
+        // Deeper than `depth`: the outer 300 entries, [truncated], the method that ran.
+        let (deep, file) =
+            profile(jdk, &dir, "deep", "gran=100000,stack=walk,depth=300", &[], "kprof.harness.Deep", &["1000", "0.3"]);
+        assert!(deep.stdout.contains("deep: depth=1000"), "{}", deep.stdout);
+        let stacks = read_collapsed(&file);
+        let cut = count_where(&stacks, |s| s.iter().any(|f| f == "[truncated]"));
+        assert!(cut > 10, "{}: {cut} truncated samples", jdk.label());
+        for (s, _) in &stacks {
+            if let Some(at) = s.iter().position(|f| f == "[truncated]") {
+                assert_eq!(at, 300, "{}: [truncated] after {at} frames", jdk.label());
+                assert_eq!(s.len(), 302, "{}: one frame below [truncated]: {:?}", jdk.label(), &s[at..]);
+                assert!(s[..at].iter().skip(1).all(|f| f.contains("Deep.down(")), "{}", jdk.label());
+            }
+        }
+    });
+}
+
+/// Java called back from native code, under stack=walk: the contexts of the native-callback test, and
+/// one the reified stack cannot give: code that native code calls after it caught an exception thrown
+/// through rewritten frames sits below the frames still on the thread's stack (main → chain, then the
+/// native method, which is not rewritten), not below the frames the exception unwound.
+#[test]
+fn stack_walk_keeps_contexts_through_native_code() {
+    let Some(lib) = option_env!("KPROF_HARNESS_JNI_LIB") else {
+        panic!("the harness JNI library was not built (no C compiler at build time)");
+    };
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-walk-native-{}", jdk.label()));
+        let prop = format!("-Dkprof.harness.jni={lib}");
+        let mut jvm = vec![prop.as_str()];
+        if jdk.version >= 21 {
+            jvm.push("--enable-native-access=ALL-UNNAMED");
+        }
+        let (run, file) = profile(jdk, &dir, "n", "gran=1000,stack=walk", &jvm, "kprof.harness.NativeCallbacks", &[]);
+        assert!(run.stdout.contains("jni=on"), "{}", run.stdout);
+        let stacks = read_collapsed(&file);
+        let mut up: Vec<String> = ["NativeCallbacks.main", "NativeCallbacks.chain"].map(String::from).to_vec();
+        up.extend(vec!["NativeCallbacks.up".to_string(); 7]);
+        up.push("NativeCallbacks.work".into());
+        let path = |p: &[&str]| p.iter().map(|f| format!("NativeCallbacks.{f}")).collect::<Vec<_>>();
+        for (leaf, expected) in [
+            ("NativeCallbacks.work", up),
+            ("NativeCallbacks.afterThrow", path(&["main", "chain", "afterThrow"])),
+            ("NativeCallbacks.reflected", path(&["main", "viaReflection", "reflected"])),
+            ("NativeCallbacks.afterCatch", path(&["main", "chain", "afterCatch"])),
+        ] {
+            let paths = app_paths_with(&stacks, leaf);
+            let n: u64 = paths.iter().map(|(_, n)| n).sum();
+            assert!(n > 100, "{}: {n} samples in {leaf}", jdk.label());
+            for (p, _) in paths {
+                assert_eq!(p, expected, "{}: {leaf} under the wrong context", jdk.label());
+            }
+        }
     });
 }

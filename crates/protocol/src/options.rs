@@ -54,6 +54,8 @@ pub struct Options {
     pub maxpath: u32,
     /// bytecode/exact: keep callsites apart in the CCT.
     pub callsite: bool,
+    /// bytecode: how a sample finds its calling context (see [`StackMode`]).
+    pub stack: StackMode,
     /// exact: count every basic block per calling context.
     pub bb: bool,
     /// alloc: the mean number of bytes allocated between two samples of a thread.
@@ -130,6 +132,7 @@ impl Default for Options {
             rand: 100,
             maxpath: 50,
             callsite: true,
+            stack: StackMode::Auto,
             bb: false,
             alloc_bytes: 512 * 1024,
             live: false,
@@ -137,6 +140,34 @@ impl Default for Options {
             wall_batch: 16,
             include: Vec::new(),
             exclude: Vec::new(),
+        }
+    }
+}
+
+/// How bytecode mode finds a sample's calling context.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StackMode {
+    /// Rewritten methods keep a stack of method ids (a store in each prologue, the depth restored at
+    /// returns); a sample copies it.
+    Reified,
+    /// Rewritten methods keep no stack; a sample walks the thread's own stack and keeps the frames of
+    /// rewritten methods, which are the ones the reified stack would hold.
+    Walk,
+    /// Walk from [`AUTO_WALK_GRAN`] up (samples rare enough that walking costs less than the upkeep),
+    /// reified below and with `callsite=on`.
+    Auto,
+}
+
+/// The granularity from which `stack=auto` walks.
+pub const AUTO_WALK_GRAN: u32 = 100_000;
+
+impl StackMode {
+    pub fn parse(s: &str) -> Option<StackMode> {
+        match s {
+            "reified" => Some(StackMode::Reified),
+            "walk" => Some(StackMode::Walk),
+            "auto" => Some(StackMode::Auto),
+            _ => None,
         }
     }
 }
@@ -213,6 +244,13 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "bytecode/exact: longest block and longest path without a check, bytecodes",
     ),
     ("callsite", "on | off", "off (bytecode), on (exact)", "bytecode/exact: keep calls from different callsites apart"),
+    (
+        "stack",
+        "reified | walk | auto",
+        "auto",
+        "bytecode: the sample's context from a stack kept by rewritten code, or from the thread's own stack \
+         (auto: walk from gran=100000 up, when callsite=off)",
+    ),
     ("bb", "on | off", "off", "exact: also count every basic block in every calling context"),
     ("alloc", "size 1..1g (bytes, or with k, m, g)", "512k", "alloc: mean bytes allocated between two samples"),
     ("live", "on | off", "off", "alloc: report only objects still reachable when the profile is written"),
@@ -364,6 +402,10 @@ impl Options {
                     callsite_given = true;
                 }
                 "bb" => o.bb = parse_switch(key, value)?,
+                "stack" => {
+                    let v = need()?;
+                    o.stack = StackMode::parse(v).ok_or_else(|| bad(key, v))?;
+                }
                 "gran" => o.gran = parse_range(key, need()?, 1, 1_000_000_000)? as u32,
                 "rand" => o.rand = parse_range(key, need()?, 0, 1_000_000_000)? as u32,
                 "maxpath" => o.maxpath = parse_range(key, need()?, 0, 65535)? as u32,
@@ -436,6 +478,13 @@ impl Options {
                 o.mode_name()
             )));
         }
+        if o.stack == StackMode::Walk && o.callsite && o.has(EngineKind::Bytecode) {
+            return Err(OptionError(
+                "kprof: bad option 'stack=walk': callsite=on needs stack=reified (a walked frame's position is \
+                 in rewritten code); accepted with callsite=on: reified | auto"
+                    .into(),
+            ));
+        }
         if o.live && !o.has(EngineKind::Alloc) {
             return Err(OptionError(format!(
                 "kprof: bad option 'live=on': accepted only with the alloc engine (this is mode={})",
@@ -459,6 +508,15 @@ impl Options {
             )));
         }
         Ok(o)
+    }
+
+    /// Bytecode mode takes each sample's context by walking the thread's stack (no reified stack).
+    pub fn stack_walks(&self) -> bool {
+        match self.stack {
+            StackMode::Reified => false,
+            StackMode::Walk => true,
+            StackMode::Auto => !self.callsite && self.gran >= AUTO_WALK_GRAN,
+        }
     }
 
     /// Whether the dotted class name `class` is to be rewritten under `include=`/`exclude=`.

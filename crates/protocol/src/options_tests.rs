@@ -67,6 +67,9 @@ fn every_kind_of_bad_option_gives_one_line_naming_it() {
         ("rand=-1", "'rand=-1'"),
         ("maxpath=70000", "'maxpath=70000'"),
         ("callsite=sometimes", "'callsite=sometimes'"),
+        ("stack=deep", "'stack=deep'"),
+        ("stack=", "'stack='"),
+        ("mode=bytecode,stack=walk,callsite=on", "'stack=walk'"),
         ("include=", "'include='"),
         ("interval=5", "'interval=5'"),
         ("interval=1us", "'interval=1us'"),
@@ -128,6 +131,12 @@ fn engines_combine_with_plus() {
     let b = Options::parse(Some("mode=bytecode+asgct,metric=cpu")).unwrap();
     assert_eq!((b.rewriting(), b.effective_metric()), (Some(EngineKind::Bytecode), Metric::Cpu));
     assert!(!b.callsite, "bytecode mode keeps callsites apart only on request");
+    let walks = |o: &str| Options::parse(Some(o)).unwrap().stack_walks();
+    assert!(!walks("mode=bytecode"), "gran=10000 keeps the reified stack");
+    assert!(walks("mode=bytecode,gran=1000000"));
+    assert!(!walks("mode=bytecode,gran=1000000,callsite=on"), "callsites need the reified stack");
+    assert!(walks("mode=bytecode,stack=walk"));
+    assert!(!walks("mode=bytecode,gran=1000000,stack=reified"));
     assert_eq!(Options::parse(Some("mode=exact")).unwrap().effective_metric(), Metric::Calls);
     assert_eq!(Options::parse(Some("mode=bytecode")).unwrap().effective_metric(), Metric::BytecodeSamples);
     // `samples` names the sampling engine's samples where there are no CPU samples.

@@ -40,11 +40,21 @@ pub struct BytecodeConfig {
     /// java.lang.Thread has kprof's fields for the thread's state (the agent started with the JVM); otherwise
     /// the state is looked up in a table by thread id and kept in a local.
     pub thread_fields: bool,
+    /// Methods that call keep the reified stack (a push in the prologue, the depth restored at exits and
+    /// handlers). Without it (`stack=walk`) every method counts as a leaf does and a sample walks the
+    /// thread's own stack, keeping the frames [`MethodTable::mark_rewritten`] marks as pushing.
+    pub reified_stack: bool,
 }
 
 impl Default for BytecodeConfig {
     fn default() -> Self {
-        BytecodeConfig { max_path: DEFAULT_MAX_PATH, callsites: false, leaf_optimization: true, thread_fields: true }
+        BytecodeConfig {
+            max_path: DEFAULT_MAX_PATH,
+            callsites: false,
+            leaf_optimization: true,
+            thread_fields: true,
+            reified_stack: true,
+        }
     }
 }
 
@@ -79,6 +89,9 @@ pub struct BytecodeTransform {
     extends_outside: bool,
     flow: Flow,
     snippet: Snippet,
+    /// The method being edited: its id and whether the reified stack would hold it (marked in the method
+    /// table once the rewriter has kept the edit).
+    pending: Option<(u32, bool)>,
 }
 
 impl BytecodeTransform {
@@ -91,6 +104,7 @@ impl BytecodeTransform {
             extends_outside: false,
             flow: Flow::default(),
             snippet: Snippet::new(),
+            pending: None,
         }
     }
 
@@ -164,9 +178,16 @@ impl MethodTransform for BytecodeTransform {
 
     fn begin_class(&mut self, class: &crate::ClassFile<'_>) {
         self.refs = None;
+        self.pending = None;
         let cp = &class.constant_pool;
         let super_name = if class.super_class == 0 { Ok(&b""[..]) } else { cp.class_name(class.super_class) };
         self.extends_outside = super_name.is_ok_and(policy::invoke_super_outside);
+    }
+
+    fn method_rewritten(&mut self) {
+        if let Some((id, pushed)) = self.pending.take() {
+            self.methods.mark_rewritten(id, pushed);
+        }
     }
 
     fn edit_method(
@@ -175,6 +196,7 @@ impl MethodTransform for BytecodeTransform {
         editor: &mut CodeEditor,
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError> {
+        self.pending = None;
         if self.wrappers.iter().any(|(n, d)| n == m.name && d == m.descriptor) {
             return Ok(());
         }
@@ -183,6 +205,10 @@ impl MethodTransform for BytecodeTransform {
         let refs = self.refs(cp)?;
         let id = self.methods.id(m.class_name, m.name, m.descriptor) as i32;
         let leaf = self.config.leaf_optimization && !self.flow.info.iter().any(|b| b.calls);
+        self.pending = Some((id as u32, !leaf));
+        // Without the reified stack every method keeps its count as a leaf does: no depth, no push.
+        let walk = !self.config.reified_stack;
+        let no_depth = leaf || walk;
         let s = &mut self.snippet;
         if leaf && self.flow.blocks.len() == 1 && self.flow.first_runs_once() {
             // A leaf of one block runs straight to a return or throw: one helper call before each exit.
@@ -213,7 +239,7 @@ impl MethodTransform for BytecodeTransform {
         };
         let count = editor.add_local(VType::Integer).map_err(EditError::Refused)?;
         // Leaf methods need no depth: they read it when they sample.
-        let depth = if leaf { 0 } else { editor.add_local(VType::Integer).map_err(EditError::Refused)? };
+        let depth = if no_depth { 0 } else { editor.add_local(VType::Integer).map_err(EditError::Refused)? };
         let with_state = |s: &mut Snippet| {
             if let Some(l) = state {
                 s.aload(l);
@@ -226,7 +252,7 @@ impl MethodTransform for BytecodeTransform {
         if let Some(l) = state {
             s.invokestatic(cp, refs.state).astore(l);
         }
-        if !leaf {
+        if !no_depth {
             with_state(s);
             s.push_int(cp, id).invokestatic(cp, refs.enter).istore(depth);
         }
@@ -243,7 +269,12 @@ impl MethodTransform for BytecodeTransform {
             s.clear();
             if !leaf && info.handler {
                 with_state(s);
-                s.iload(depth).invokestatic(cp, refs.handler);
+                if walk {
+                    // No depth to restore; the handler still closes what a mute bracket left open.
+                    s.push_int(cp, -1).invokestatic(cp, refs.handler);
+                } else {
+                    s.iload(depth).invokestatic(cp, refs.handler);
+                }
             }
             if n > 0 {
                 let n = i16::try_from(n).map_err(|_| EditError::Refused(Refusal::CodeTooLarge))?;
@@ -251,7 +282,7 @@ impl MethodTransform for BytecodeTransform {
             }
             if start_check {
                 with_state(s);
-                if leaf {
+                if no_depth {
                     s.iload(count).push_int(cp, id).invokestatic(cp, refs.leaf_check).istore(count);
                 } else {
                     s.iload(depth).iload(count).push_int(cp, id).invokestatic(cp, refs.check).istore(count);
@@ -264,7 +295,7 @@ impl MethodTransform for BytecodeTransform {
                 s.clear();
                 if is_return(insn.opcode) || insn.opcode == ATHROW {
                     with_state(s);
-                    if leaf {
+                    if no_depth {
                         s.iload(count).push_int(cp, id).invokestatic(cp, refs.leaf_exit);
                     } else {
                         s.iload(depth).iload(count).push_int(cp, id).invokestatic(cp, refs.exit);
@@ -275,7 +306,7 @@ impl MethodTransform for BytecodeTransform {
                     } else if muted {
                         s.invokestatic(cp, refs.unmute);
                     }
-                } else if is_invoke(insn.opcode) && self.config.callsites {
+                } else if is_invoke(insn.opcode) && self.config.callsites && !walk {
                     let site = self.methods.site(id as u32, insn.offset) | SITE_BIT;
                     with_state(s);
                     s.iload(depth).push_int(cp, site as i32).invokestatic(cp, refs.site);

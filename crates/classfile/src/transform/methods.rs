@@ -51,6 +51,13 @@ impl MethodBlocks {
     }
 }
 
+/// What a method's frame is to bytecode mode's stack: not rewritten (its frames are not part of a context)...
+pub const STACK_NONE: u8 = 0;
+/// ... rewritten, but not on the reified stack (a leaf: it names itself only when it samples) ...
+pub const STACK_LEAF: u8 = 1;
+/// ... or rewritten and on the reified stack while it runs.
+pub const STACK_PUSHED: u8 = 2;
+
 /// (class, method, descriptor, native), as in the class file.
 type MethodKey = (Box<[u8]>, Box<[u8]>, Box<[u8]>, bool);
 
@@ -59,6 +66,8 @@ struct Inner {
     /// Every id of a key (more than one only for methods whose blocks differ between loaders).
     ids: HashMap<MethodKey, Vec<u32>>,
     names: Vec<MethodName>,
+    /// Per id: [`STACK_NONE`], [`STACK_LEAF`] or [`STACK_PUSHED`].
+    stack: Vec<u8>,
     blocks: Vec<Option<Arc<MethodBlocks>>>,
     /// Call sites by id: (method id, bci of the call).
     sites: Vec<(u32, u32)>,
@@ -88,6 +97,22 @@ impl MethodTable {
     /// The id of native method `name` (a frame named as native).
     pub fn native_id(&self, class: &[u8], name: &[u8], descriptor: &[u8]) -> u32 {
         self.id_of(class, name, descriptor, true, None)
+    }
+
+    /// Bytecode mode rewrote method `id`, which the reified stack holds while it runs if `pushed`.
+    pub fn mark_rewritten(&self, id: u32, pushed: bool) {
+        if let Some(k) = self.lock().stack.get_mut(id as usize) {
+            *k = if pushed { STACK_PUSHED } else { STACK_LEAF };
+        }
+    }
+
+    /// The id of a (non-native) method already in the table, and what its frames are to bytecode mode's
+    /// stack ([`STACK_NONE`] for a method never rewritten).
+    pub fn find(&self, class: &[u8], name: &[u8], descriptor: &[u8]) -> Option<(u32, u8)> {
+        let inner = self.lock();
+        let key = (Box::<[u8]>::from(class), Box::<[u8]>::from(name), Box::<[u8]>::from(descriptor), false);
+        let id = *inner.ids.get(&key)?.first()?;
+        Some((id, inner.stack.get(id as usize).copied().unwrap_or(STACK_NONE)))
     }
 
     /// The id of a method whose node arrays hold one counter per block of `blocks`: an id already
@@ -123,6 +148,7 @@ impl MethodTable {
             native,
         });
         inner.blocks.push(blocks.map(Arc::new));
+        inner.stack.push(STACK_NONE);
         inner.ids.entry(key).or_default().push(id);
         id
     }
@@ -180,6 +206,12 @@ mod tests {
         let n = t.native_id(b"a/B", b"f", b"()V");
         assert_ne!(n, a);
         assert!(t.name(n).unwrap().native);
+        assert_eq!(t.find(b"a/B", b"f", b"()V"), Some((a, STACK_NONE)));
+        t.mark_rewritten(a, true);
+        t.mark_rewritten(b, false);
+        assert_eq!(t.find(b"a/B", b"f", b"()V"), Some((a, STACK_PUSHED)));
+        assert_eq!(t.find(b"a/B", b"f", b"(I)V"), Some((b, STACK_LEAF)));
+        assert_eq!(t.find(b"a/B", b"g", b"()V"), None);
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub trait MethodTransform {
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError>;
 
+    /// The rewriter kept the edit of the method [`MethodTransform::edit_method`] last edited (it may still
+    /// refuse an edit after the transform, for example past the byte budget). Default: ignored.
+    fn method_rewritten(&mut self) {}
+
     /// Names the methods of the next class that wrap a native method (see [`natives`]): a counting mode
     /// counts them as the native. Default: ignored.
     fn set_wrappers(&mut self, _wrappers: Vec<(Vec<u8>, Vec<u8>)>) {}
@@ -307,6 +311,7 @@ impl Rewriter {
             match (r, policy) {
                 (Ok(true), None) => {
                     stats.methods_rewritten += 1;
+                    self.transform.method_rewritten();
                     self.edits.push(MethodEdit { method: i, range: start..self.buf.len() });
                 }
                 (Ok(true), Some(r)) => {

@@ -6,6 +6,7 @@
 //! tree.
 
 pub(crate) mod runtime;
+pub(crate) mod walk;
 
 use crate::cct::NodeId;
 use crate::cct::Snapshot;
@@ -91,12 +92,14 @@ impl Engine for BytecodeEngine {
         c.insert("threads_sampled".into(), st.threads.load(Ordering::Relaxed));
         c.insert("gran".into(), o.gran as u64);
         c.insert("rand".into(), o.rand as u64);
+        c.insert("stack_walk".into(), o.stack_walks() as u64);
         self.rewriting.describe_classes(meta);
     }
 
     fn summary(&self, meta: &Meta) -> String {
+        let stack = if meta.counters.get("stack_walk").copied().unwrap_or(0) != 0 { "walk" } else { "reified" };
         format!(
-            "{} {} {}",
+            "{} stack={stack} {} {}",
             fields(
                 meta,
                 &[

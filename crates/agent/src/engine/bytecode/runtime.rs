@@ -365,6 +365,7 @@ impl BcRuntime {
                 ("block", "(III)J", block as *mut c_void),
                 ("release", "(J)V", release as *mut c_void),
                 ("threadRoot", "(Ljava/lang/String;)I", thread_root as *mut c_void),
+                ("walk", "(JI)I", super::walk::walk as *mut c_void),
             ],
         )?;
         let method = |name: &str, sig: &str| {
@@ -372,7 +373,7 @@ impl BcRuntime {
         };
         Ok(BcRuntime {
             class,
-            init: method("init", "(IIZIIZI)V")?,
+            init: method("init", "(IIZIIZIZ)V")?,
             started: method("started", "()V")?,
             adopt: method("adopt", "(Ljava/lang/Thread;)V")?,
             finish: method("finish", "()V")?,
@@ -390,6 +391,7 @@ impl BcRuntime {
             jvalue { i: ring_bytes(o.gran) as i32 },
             jvalue { z: fields as u8 },
             jvalue { i: o.maxpath as i32 },
+            jvalue { z: o.stack_walks() as u8 },
         ];
         jni.call_static_void(self.class, self.init, &args).map_err(|_| "kprof.runtime.Bc.init threw".to_string())
     }

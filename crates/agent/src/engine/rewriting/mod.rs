@@ -298,6 +298,7 @@ impl RewritingEngine {
                     callsites: o.callsite,
                     leaf_optimization: true,
                     thread_fields: thread_fields::added(),
+                    reified_stack: !o.stack_walks(),
                 };
                 Box::new(BytecodeTransform::new(c, Arc::clone(&self.methods)))
             }
@@ -351,6 +352,7 @@ impl RewritingEngine {
             }
             _ => {
                 bytecode::reset(self);
+                crate::engine::bytecode::walk::begin_session();
                 let fields = thread_fields::added();
                 rt.bc.init(jni, options, fields)?;
                 if fields {
@@ -370,6 +372,7 @@ impl RewritingEngine {
         self.rewriting.store(true, Ordering::Release);
         self.fix_class_hashes(jni);
         self.retransform_loaded(jni);
+        crate::engine::bytecode::walk::settled();
         Ok(())
     }
 

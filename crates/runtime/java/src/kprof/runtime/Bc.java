@@ -3,6 +3,7 @@ package kprof.runtime;
 import jdk.internal.misc.Unsafe;
 import jdk.internal.vm.annotation.DontInline;
 import jdk.internal.vm.annotation.ForceInline;
+import jdk.internal.vm.annotation.Stable;
 
 /**
  * The helpers that bytecode-mode rewriting calls (Komorium's bytecode-count sampling, on a native agent), with
@@ -48,7 +49,9 @@ public final class Bc {
     static final Unsafe U = Unsafe.getUnsafe();
 
     /** A check commits once the local count is this far below zero: -MaxPath (a huge bound without one,
-     *  so that a local count never overflows). */
+     *  so that a local count never overflows). Stable (never zero): the JIT folds it into each check, so a
+     *  check on a path whose count it knows, such as a short method's first block, folds away. */
+    @Stable
     static int limit = -50;
     static int gran = 10_000;
     static int rand = 100;
@@ -58,6 +61,8 @@ public final class Bc {
     static int ringBytes = 1 << 20;
     /** The agent added kprof's fields to java.lang.Thread: rewritten code uses Bc; otherwise Bt. */
     static boolean fields;
+    /** stack=walk: rewritten code keeps no stack; a sample walks the thread's own ({@link #walk}). */
+    static boolean walk;
     /** Profiling is on (new threads get a state). */
     static volatile boolean enabled;
 
@@ -202,6 +207,9 @@ public final class Bc {
 
     /** Records a sample and starts the next period, which it returns. */
     static int next(T t, int x, int n, int leaf, long stack, int cap) {
+        if (walk) {
+            n = walk(stack, cap);
+        }
         long weight = (long) t.period - x;
         int p = gran + t.nextRandom(rand);
         t.period = p;
@@ -303,8 +311,9 @@ public final class Bc {
 
     /** Called by the agent when profiling starts. */
     static void init(int granularity, int randomRange, boolean perThreadRoots, int stackDepth, int ring,
-            boolean threadFields, int maxPath) {
+            boolean threadFields, int maxPath, boolean walkStack) {
         limit = maxPath > 0 ? -maxPath : -(1 << 30);
+        walk = walkStack;
         gran = granularity;
         rand = randomRange;
         threadRoots = perThreadRoots;
@@ -420,6 +429,11 @@ public final class Bc {
 
     /** The thread is done with its block: the agent drains it and frees it. */
     private static native void release(long hdr);
+
+    /** stack=walk: writes the calling context of the innermost rewritten frame on this thread's stack (the
+     *  method sampling), as the reified stack would hold it, into the {@code cap} entries at {@code stack},
+     *  outermost first; returns its depth. */
+    private static native int walk(long stack, int cap);
 
     /** The CCT node of a thread's root ({@code threads=on}). */
     private static native int threadRoot(String name);
