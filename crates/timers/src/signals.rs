@@ -268,7 +268,7 @@ mod tests {
         // SAFETY: dispositions of a signal no other test uses.
         unsafe { libc::signal(sig, libc::SIG_DFL) };
         install(sig, quiet, &[]).unwrap();
-        assert_eq!(current(sig), quiet as usize);
+        assert_eq!(current(sig), quiet as *const () as usize);
         assert!(uninstall(sig).unwrap());
         assert_eq!(current(sig), libc::SIG_IGN, "a late signal must not stop the process");
         assert!(!uninstall(sig).unwrap(), "nothing of ours left to give back");
@@ -277,12 +277,12 @@ mod tests {
         unsafe { libc::signal(sig, before as *const () as usize) };
         install(sig, quiet, &[]).unwrap();
         assert!(uninstall(sig).unwrap());
-        assert_eq!(current(sig), before as usize);
+        assert_eq!(current(sig), before as *const () as usize);
         install(sig, quiet, &[]).unwrap();
         // SAFETY: as above.
         unsafe { libc::signal(sig, before as *const () as usize) };
         assert!(!uninstall(sig).unwrap());
-        assert_eq!(current(sig), before as usize);
+        assert_eq!(current(sig), before as *const () as usize);
         // SAFETY: as above.
         unsafe { libc::signal(sig, libc::SIG_DFL) };
     }

@@ -53,11 +53,14 @@ pub struct WallStats {
     pub handler_replaced: AtomicU64,
 }
 
+/// A slot's last stack in the tree: its slot generation, the path (frame, callsite, node) and its base.
+type PathCache = (u32, Vec<(u64, i32, NodeId)>, NodeId);
+
 /// What the sampler keeps to read the stacks of threads off Java code: a frame buffer, and per slot the
 /// path of its last stack in the tree (so that a thread that sleeps where it slept walks no tree).
 pub(super) struct OffJava {
     frames: Vec<jvmtiFrameInfo>,
-    paths: HashMap<usize, (u32, Vec<(u64, i32, NodeId)>, NodeId)>,
+    paths: HashMap<usize, PathCache>,
 }
 
 impl OffJava {
