@@ -7,7 +7,8 @@
 //! (sleeping, waiting, parked, blocked, in native code) has its stack read by the sampler itself with
 //! JVMTI `GetStackTrace`: its Java stack cannot change until it leaves that state, and HotSpot runs the
 //! read (a handshake) on the sampler's thread without waking it, so an idle thread costs the program
-//! nothing. A thread running Java code gets its pick (the state and its weight) queued in its ring and a
+//! nothing; and one that has used no CPU time since its stack was last read, in the same state, has not
+//! run, so that stack is counted again without a read. A thread running Java code gets its pick (the state and its weight) queued in its ring and a
 //! signal ([`WALL_SIGNAL`], queued with a tag that tells it from anyone else's): a stack read from
 //! outside would wait for it to reach a safepoint, and sample there (safepoint bias). The handler, on
 //! the thread, walks its stack with AsyncGetCallTrace
@@ -26,7 +27,8 @@
 //!
 //! Cost: at most `batch` state reads and signals or stack reads per interval, whatever the number of
 //! threads, plus the handler on each signalled (running) thread. The summary line reports the signals,
-//! the stacks read (`read=`), the sampler's CPU time and the handlers' time.
+//! the stacks read (`read=`) and found unchanged (`unchanged=`), the sampler's CPU time and the
+//! handlers' time.
 
 mod handler;
 mod sampler;
@@ -181,6 +183,7 @@ impl Engine for WallEngine {
         c.insert("wall_dropped_samples".into(), load(&st.dropped));
         c.insert("wall_signals".into(), load(&st.signals));
         c.insert("wall_stacks_read".into(), load(&st.read));
+        c.insert("wall_stacks_unchanged".into(), load(&st.unchanged));
         c.insert("wall_deferred_picks".into(), load(&st.deferred));
         c.insert("wall_ticks".into(), load(&st.ticks));
         c.insert("wall_late_ticks".into(), load(&st.late_ticks));
@@ -205,11 +208,12 @@ impl Engine for WallEngine {
         let rate = if secs > 0.0 { samples as f64 / secs } else { 0.0 };
         let mut line = format!(
             "interval={} batch={} samples={samples} usable={usable:.1}% rate={rate:.0}/s signals={} read={} \
-             dropped={} threads={} sampler_cpu={:.3}s handler_time={:.3}s",
+             unchanged={} dropped={} threads={} sampler_cpu={:.3}s handler_time={:.3}s",
             format_interval(c("wall_interval_ns")),
             c("wall_batch"),
             c("wall_signals"),
             c("wall_stacks_read"),
+            c("wall_stacks_unchanged"),
             c("wall_dropped_samples"),
             c("wall_threads_sampled"),
             c("wall_sampler_cpu_ns") as f64 / 1e9,

@@ -34,6 +34,9 @@ pub struct WallStats {
     /// Samples of threads off Java code (sleeping, waiting, parked, blocked, in native code) whose stack
     /// the sampler read itself (JVMTI GetStackTrace), with no signal.
     pub read: AtomicU64,
+    /// Samples of threads off Java code that had used no CPU time since their stack was last read, in the
+    /// same state: the stack read then is theirs still, and is not read again.
+    pub unchanged: AtomicU64,
     /// Picks put off because the thread had not run for [`PENDING`] picks.
     pub deferred: AtomicU64,
     /// Ticks the sampler ran, and ticks it skipped because it woke more than an interval late.
@@ -53,20 +56,30 @@ pub struct WallStats {
     pub handler_replaced: AtomicU64,
 }
 
-/// A slot's last stack in the tree: its slot generation, the path (frame, callsite, node) and its base.
-type PathCache = (u32, Vec<(u64, i32, NodeId)>, NodeId);
+/// What the sampler knows of a slot's thread from its last stack read: the slot generation it was for,
+/// the path of that stack in the tree (frame, callsite, node) and its base, and the thread's CPU time
+/// just before the read with the state and the leaf the read gave.
+#[derive(Default)]
+struct LastRead {
+    generation: u32,
+    path: Vec<(u64, i32, NodeId)>,
+    base: NodeId,
+    cpu_ns: Option<u64>,
+    state: Option<State>,
+    leaf: NodeId,
+}
 
 /// What the sampler keeps to read the stacks of threads off Java code: a frame buffer, and per slot the
 /// path of its last stack in the tree (so that a thread that sleeps where it slept walks no tree).
 pub(super) struct OffJava {
     frames: Vec<jvmtiFrameInfo>,
-    paths: HashMap<usize, PathCache>,
+    last: HashMap<usize, LastRead>,
 }
 
 impl OffJava {
     pub(super) fn new(depth: u32) -> OffJava {
         let none = jvmtiFrameInfo { method: std::ptr::null_mut(), location: 0 };
-        OffJava { frames: vec![none; depth as usize + 1], paths: HashMap::new() }
+        OffJava { frames: vec![none; depth as usize + 1], last: HashMap::new() }
     }
 }
 
@@ -370,25 +383,43 @@ impl WallSampler {
         now: u64,
         off_java: &mut OffJava,
     ) -> bool {
+        let generation = ws.generation.load(Ordering::Relaxed);
+        let last = off_java.last.entry(idx).or_default();
+        if last.generation != generation {
+            *last = LastRead { generation, ..LastRead::default() };
+        }
+        // A thread that has used no CPU time since its stack was read has not run: its stack is the one
+        // read then. (Exact: the kernel adds every moment on a CPU to the thread's clock.)
+        let cpu_ns = thread_cpu_ns(ws.tid.load(Ordering::Relaxed));
+        let weight = |ws: &WallSlot| now.saturating_sub(ws.last_pick_ns.swap(now, Ordering::Relaxed));
+        if cpu_ns.is_some()
+            && cpu_ns == last.cpu_ns
+            && last.state == Some(state)
+            && last.leaf != 0
+            && ws.last_leaf.load(Ordering::Relaxed) == last.leaf
+        {
+            self.count_pick(ws, last.leaf, weight(ws));
+            self.stats.unchanged.fetch_add(1, Ordering::Relaxed);
+            self.stats.samples.fetch_add(1, Ordering::Relaxed);
+            self.stats.usable.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
         let Ok(n) = jvmti.stack_trace_of(thread as jthread, &mut off_java.frames) else { return false };
         let depth = self.walker.depth as usize;
-        let generation = ws.generation.load(Ordering::Relaxed);
-        let entry = off_java.paths.entry(idx).or_insert_with(|| (generation, Vec::new(), 0));
-        if entry.0 != generation {
-            *entry = (generation, Vec::new(), 0);
-        }
         let root = ws.root.load(Ordering::Relaxed);
         let overflow = self.cct.overflow();
         let node = if n == 0 {
             // A thread with no Java frame yet (or any more): as the handler's failed walk would have it.
             self.cct.child(root, FrameId::pseudo(crate::frame::Pseudo::NotJava), -1).unwrap_or(overflow)
         } else {
-            record_frames(self.cct, &mut entry.1, &mut entry.2, root, &off_java.frames[..n.min(depth)], n > depth)
+            let frames = &off_java.frames[..n.min(depth)];
+            record_frames(self.cct, &mut last.path, &mut last.base, root, frames, n > depth)
         };
         let label = FrameId(LABEL_IDS[state as usize].load(Ordering::Acquire));
         let leaf = if node == overflow { node } else { self.cct.child(node, label, -1).unwrap_or(overflow) };
-        let weight = now.saturating_sub(ws.last_pick_ns.swap(now, Ordering::Relaxed));
-        self.count_pick(ws, leaf, weight);
+        // Reused only where a real stack was read (not the overflow node, not a thread with no frame).
+        (last.cpu_ns, last.state, last.leaf) = (cpu_ns, Some(state), if n > 0 && node != overflow { leaf } else { 0 });
+        self.count_pick(ws, leaf, weight(ws));
         self.stats.read.fetch_add(1, Ordering::Relaxed);
         self.stats.samples.fetch_add(1, Ordering::Relaxed);
         if n > 0 {
