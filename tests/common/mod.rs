@@ -287,7 +287,7 @@ pub fn program_line(stdout: &str, prefix: &str) -> BTreeMap<String, String> {
 }
 
 /// Ways to run the same program that must not change what the counting modes count: each JIT tier alone
-/// (the interpreter, C1, C2), another object layout, other collectors ([`is_collector`]). Not `-Xcomp`:
+/// (the interpreter, C1, C2), another object layout, other collectors. Not `-Xcomp`:
 /// tests add it where it holds.
 pub const VM_CONFIGS: [(&str, &[&str]); 6] = [
     ("xint", &["-Xint"]),
@@ -297,11 +297,6 @@ pub const VM_CONFIGS: [(&str, &[&str]); 6] = [
     ("serial", &["-XX:+UseSerialGC"]),
     ("zgc", &["-XX:+UseZGC"]),
 ];
-
-/// Whether configuration `name` of [`VM_CONFIGS`] changes the collector.
-pub fn is_collector(name: &str) -> bool {
-    matches!(name, "serial" | "zgc")
-}
 
 /// Runs `f` once per installed JDK, naming the JDK in any failure.
 pub fn for_each_jdk(f: impl Fn(&Jdk)) {

@@ -58,6 +58,15 @@ impl Jni {
         Some(k)
     }
 
+    /// A new object of `class`, no constructor run (null on failure, the exception cleared).
+    pub fn alloc_object(self, class: jclass) -> jobject {
+        let o = jni!(self, AllocObject, class);
+        if o.is_null() {
+            self.clear_exception();
+        }
+        o
+    }
+
     pub fn object_class(self, obj: jobject) -> jclass {
         jni!(self, GetObjectClass, obj)
     }

@@ -172,7 +172,9 @@ impl MethodTransform for BytecodeTransform {
         let class = m.class_name;
         let inherits = self.extends_outside;
         bracket_calls_where(m.code.code, editor, cp, &mut self.snippet, (refs.mute, refs.unmute), |owner| {
-            owner.is_some_and(|owner| policy::invoke_mutes_call(class, owner) || (inherits && owner == class))
+            owner.is_some_and(|(owner, name)| {
+                policy::invoke_mutes_call(class, owner, name) || (inherits && owner == class)
+            })
         })
     }
 

@@ -323,14 +323,14 @@ pub fn bracket_calls(
 }
 
 /// [`bracket_calls`] for the calls `which` accepts: it is given the class of the called method (internal
-/// name; `None` for invokedynamic).
+/// name) and the method's name; `None` for invokedynamic.
 pub fn bracket_calls_where(
     code: &[u8],
     editor: &mut CodeEditor,
     cp: &mut ConstantPool<'_>,
     s: &mut Snippet,
     (mute, unmute): (u16, u16),
-    which: impl Fn(Option<&[u8]>) -> bool,
+    which: impl Fn(Option<(&[u8], &[u8])>) -> bool,
 ) -> Result<(), EditError> {
     let insns: Vec<_> = Instructions::new(code).collect::<Result<_, _>>()?;
     for insn in &insns {
@@ -342,7 +342,7 @@ pub fn bracket_calls_where(
         } else {
             let at = insn.offset as usize;
             let Some(&[hi, lo]) = code.get(at + 1..at + 3) else { continue };
-            cp.member_ref(u16::from_be_bytes([hi, lo])).ok().map(|(class, _, _)| class)
+            cp.member_ref(u16::from_be_bytes([hi, lo])).ok().map(|(class, name, _)| (class, name))
         };
         if !which(owner) {
             continue;

@@ -147,22 +147,60 @@ pub fn is_class_loading_entry(class_name: &[u8], name: &[u8], descriptor: &[u8])
         && descriptor == b"(Ljava/lang/String;)Ljava/lang/Class;"
 }
 
-/// Whether a left-alone method of java.lang.invoke's `class_name` mutes its calls of methods of `owner`
-/// (internal names). java.lang.invoke builds method types, lambda forms, species and their classes on
-/// first use and caches them in tables keyed by identity hash codes, shared with other threads and held by
-/// weak and soft references: what it runs in rewritten JDK code follows those tables, not the program. So
-/// its calls out of java.lang.invoke are muted. Not its calls within java.lang.invoke (the callee mutes its
-/// own), nor of Unsafe (never rewritten), nor anything in the VarHandle implementation, whose accesses run
-/// in the program's hot paths and call only cheap checks whose counts do not depend on those tables. (A
+/// Whether a left-alone method of java.lang.invoke's `class_name` mutes its call of method `name` of
+/// `owner` (internal names). java.lang.invoke builds method types, lambda forms, species and their classes
+/// on first use and caches them in tables keyed by identity hash codes, shared with other threads and held
+/// by weak and soft references: what it runs in rewritten JDK code follows those tables, not the program.
+/// So its calls out of java.lang.invoke are muted. Not its calls within java.lang.invoke (the callee mutes
+/// its own), nor of Unsafe (never rewritten), nor anything in the VarHandle implementation, whose accesses
+/// run in the program's hot paths and call only cheap checks whose counts do not depend on those tables.
+/// A call within java.lang.invoke of a method that its classes inherit from `Object`, `Enum` or
+/// `Throwable` (`kind.ordinal()` on one of its enums) runs that inherited, rewritten code: muted too. (A
 /// class that extends one outside java.lang.invoke also mutes calls of its own methods, which may be
 /// inherited: the rewriter knows.)
-pub fn invoke_mutes_call(class_name: &[u8], owner: &[u8]) -> bool {
+pub fn invoke_mutes_call(class_name: &[u8], owner: &[u8], name: &[u8]) -> bool {
     let var_handles = [&b"java/lang/invoke/VarHandle"[..], b"java/lang/invoke/VarForm"];
-    !var_handles.iter().any(|p| class_name.starts_with(p))
-        && !owner.starts_with(b"java/lang/invoke/")
-        && owner != b"jdk/internal/misc/Unsafe"
-        && owner != b"sun/misc/Unsafe"
+    if var_handles.iter().any(|p| class_name.starts_with(p)) {
+        return false;
+    }
+    if owner.starts_with(b"java/lang/invoke/") {
+        return INHERITED_FROM_OUTSIDE.contains(&name);
+    }
+    owner != b"jdk/internal/misc/Unsafe" && owner != b"sun/misc/Unsafe"
 }
+
+/// The instance methods a java.lang.invoke class can inherit from outside it: `Object`'s, `Enum`'s and
+/// `Throwable`'s (an override in java.lang.invoke is left alone and counts nothing, so muting its call
+/// changes nothing).
+const INHERITED_FROM_OUTSIDE: &[&[u8]] = &[
+    // Object
+    b"toString",
+    b"equals",
+    b"hashCode",
+    b"getClass",
+    b"clone",
+    b"notify",
+    b"notifyAll",
+    b"wait",
+    b"finalize",
+    // Enum
+    b"name",
+    b"ordinal",
+    b"compareTo",
+    b"getDeclaringClass",
+    b"describeConstable",
+    // Throwable
+    b"getMessage",
+    b"getLocalizedMessage",
+    b"getCause",
+    b"initCause",
+    b"fillInStackTrace",
+    b"getStackTrace",
+    b"setStackTrace",
+    b"printStackTrace",
+    b"addSuppressed",
+    b"getSuppressed",
+];
 
 /// Whether a java.lang.invoke class whose superclass is `super_name` inherits methods from outside
 /// java.lang.invoke (other than Object's): calls of its own methods may run that inherited code, so they
@@ -178,4 +216,35 @@ pub fn invoke_super_outside(super_name: &[u8]) -> bool {
 /// True for methods that have no code to rewrite.
 pub fn has_no_code(m: &Member) -> bool {
     m.access_flags & (ACC_ABSTRACT | ACC_NATIVE) != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn java_lang_invoke_mutes_calls_out_and_calls_of_inherited_methods() {
+        let lf = b"java/lang/invoke/LambdaForm";
+        // Out of java.lang.invoke: muted, Unsafe excepted.
+        assert!(invoke_mutes_call(lf, b"java/util/HashMap", b"get"));
+        assert!(!invoke_mutes_call(lf, b"jdk/internal/misc/Unsafe", b"getReference"));
+        // Within: the callee is left alone and mutes its own calls.
+        assert!(!invoke_mutes_call(lf, b"java/lang/invoke/MethodType", b"methodType"));
+        // Within, but run by rewritten code outside: `kind.ordinal()` is Enum.ordinal, `equals` may be
+        // Object.equals.
+        assert!(invoke_mutes_call(lf, b"java/lang/invoke/LambdaForm$BasicType", b"ordinal"));
+        assert!(invoke_mutes_call(lf, b"java/lang/invoke/LambdaForm$Kind", b"name"));
+        assert!(invoke_mutes_call(lf, b"java/lang/invoke/LambdaForm", b"equals"));
+        // The VarHandle implementation mutes nothing.
+        assert!(!invoke_mutes_call(
+            b"java/lang/invoke/VarHandleInts$FieldInstanceReadWrite",
+            b"java/util/Objects",
+            b"requireNonNull"
+        ));
+        assert!(!invoke_mutes_call(
+            b"java/lang/invoke/VarHandle",
+            b"java/lang/invoke/VarHandle$AccessMode",
+            b"ordinal"
+        ));
+    }
 }

@@ -38,7 +38,7 @@ use kprof_protocol::control::private_dir;
 use kprof_protocol::options::{EngineKind, Options};
 use std::collections::HashSet;
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use kprof_runtime::RUNTIME_JAR;
@@ -107,6 +107,11 @@ unsafe impl Send for Runtime {}
 unsafe impl Sync for Runtime {}
 
 static ENGINE: OnceLock<&'static RewritingEngine> = OnceLock::new();
+/// The JVM's main thread (kernel id), where the agent was loaded at start-up; 0 on attach.
+static MAIN_TID: AtomicI32 = AtomicI32::new(0);
+/// The thread that linked `jdk.internal.misc.VM` (ClassPrepare); 0 until seen, -1 once the first start
+/// has looked ([`RewritingEngine::even_out_start_race`]).
+static VM_LINKER: AtomicI32 = AtomicI32::new(0);
 
 impl RewritingEngine {
     /// Capabilities the engine needs, added in Agent_OnLoad (or on attach). `natives`: also those that
@@ -120,6 +125,13 @@ impl RewritingEngine {
             return Err("this JVM cannot retransform classes".into());
         }
         caps.set_can_retransform_classes(1);
+        if !natives && potential.can_generate_early_vmstart() != 0 {
+            // ClassPrepare events from the start of java.lang's initialization, so that the engine sees which
+            // thread links `jdk.internal.misc.VM` (`even_out_start_race`); no VMStart callback is set. Not
+            // with native wrappers: HotSpot then resolves the prefixed natives of the first classes through
+            // `ClassLoader.findNative` before it can run, and the JVM does not start.
+            caps.set_can_generate_early_vmstart(1);
+        }
         if potential.can_generate_all_class_hook_events() != 0 {
             caps.set_can_generate_all_class_hook_events(1);
         }
@@ -146,6 +158,8 @@ impl RewritingEngine {
         // Native methods get wrappers only when every class can be given them as it is first defined.
         let natives = phase == Phase::OnLoad && options.has(EngineKind::Exact);
         if phase == Phase::OnLoad {
+            // Agent_OnLoad runs on the thread that creates the JVM: its main thread.
+            MAIN_TID.store(kprof_timers::gettid(), Ordering::Release);
             // Each thread's state in fields of java.lang.Thread (thread_fields.rs). The early hook this
             // needs makes HotSpot start without class data sharing (slower start-up, and more JDK start-up
             // code runs and is counted); engines that rewrite nothing need none of it.
@@ -370,10 +384,35 @@ impl RewritingEngine {
             }
         }
         self.rewriting.store(true, Ordering::Release);
+        self.even_out_start_race(jni);
         self.fix_class_hashes(jni);
         self.retransform_loaded(jni);
         crate::engine::bytecode::walk::settled();
         Ok(())
+    }
+
+    /// At the first start (VMInit, on the main thread): makes the main thread draw the identity hash it
+    /// draws when it wins the start-up race over `jdk.internal.misc.VM`, in the runs where it lost.
+    /// HotSpot's verifier gives a class's mirror its identity hash on the thread that links the class, and
+    /// the finalizer thread's first act (`VM.initLevel()`) races the main thread's `System.initPhase1` to
+    /// link `VM`. When the main thread wins, it has drawn one more hash, and every later hash it draws
+    /// (class mirrors, enum constants, keys of the JDK's identity-keyed tables) differs from a run where it
+    /// lost, and so do the paths through those tables: with the agent slowing start-up, about one run in
+    /// four on a loaded machine (JDK 17). Which thread linked `VM` is the thread its ClassPrepare came on
+    /// (`class_prepared`). Nothing is done where that was not seen (a JVM the agent attached to).
+    fn even_out_start_race(&self, jni: Jni) {
+        let linker = VM_LINKER.swap(-1, Ordering::AcqRel);
+        let main = MAIN_TID.load(Ordering::Acquire);
+        if linker <= 0 || main == 0 || linker == main || kprof_timers::gettid() != main {
+            return;
+        }
+        let Some(object) = jni.find_class("java/lang/Object") else { return };
+        let o = jni.alloc_object(object);
+        if !o.is_null() {
+            let _ = self.jvmti.object_hash(o);
+            jni.delete_local_ref(o);
+        }
+        jni.delete_local_ref(object);
     }
 
     /// Gives every loaded class its identity hash now, on this thread, in the order of their names.
@@ -444,6 +483,12 @@ impl RewritingEngine {
     /// ClassPrepare: a class of a module defined after start (a new layer) needs that module to read
     /// the runtime before its rewritten code runs; preparation comes before any of its code runs.
     pub fn class_prepared(&self, jni: Jni, class: jclass) {
+        // Until the first start: note which thread linked `jdk.internal.misc.VM` (see `even_out_start_race`).
+        if VM_LINKER.load(Ordering::Relaxed) == 0
+            && self.jvmti.class_signature(class).is_ok_and(|s| s == "Ljdk/internal/misc/VM;")
+        {
+            let _ = VM_LINKER.compare_exchange(0, kprof_timers::gettid(), Ordering::AcqRel, Ordering::Relaxed);
+        }
         // Give the class its identity hash now, on the thread that loads it (see `fix_class_hashes`).
         let _ = self.jvmti.object_hash(class);
         if !self.is_active() {
