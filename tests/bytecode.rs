@@ -870,6 +870,56 @@ fn stack_walk_gives_the_profiles_of_the_reified_stack() {
     });
 }
 
+/// count=chords puts the counter updates on the chords of a spanning tree of each method's flow graph
+/// instead of one per basic block; granularity checks and exits read the same counts at the same places, so
+/// the main thread's profile is the same, context by context and bytecode by bytecode, with either stack,
+/// through exceptions and first-time linkage, with every rewritten class (the JDK's too) verified. And the
+/// rewrite holds fewer updates, on a program of loops and branches and over the JDK's classes.
+#[test]
+fn chord_counting_gives_the_profiles_of_block_counting_with_fewer_updates() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-chords-{}", jdk.label()));
+        let cases = [
+            ("kprof.harness.Deterministic", "gran=10000,stack=reified"),
+            ("kprof.harness.Deterministic", "gran=1000000,stack=walk"),
+            ("kprof.harness.Throwing", "gran=1000,rand=0,stack=walk"),
+            ("kprof.harness.Linkage", "gran=1000,rand=0,stack=reified,callsite=on"),
+        ];
+        for (program, opts) in cases {
+            let mut runs = Vec::new();
+            for count in ["blocks", "chords"] {
+                let name = format!("{}-{}-{count}", short(program), runs.len());
+                let all = format!("{opts},count={count},threads=on,metric=bytecodes");
+                let (run, file) = profile(jdk, &dir, &name, &all, &[], program, &[]);
+                let mut main: Vec<_> = read_collapsed(&file)
+                    .into_iter()
+                    .filter(|(s, _)| s.first().is_some_and(|r| r == "[thread main]"))
+                    .collect();
+                main.sort();
+                runs.push((run, main));
+            }
+            let ((blocks, b), (chords, c)) = (&runs[0], &runs[1]);
+            let label = format!("{}: {program} {opts}", jdk.label());
+            assert_eq!(program_output(blocks), program_output(chords), "{label}");
+            assert!(b.iter().map(|(_, n)| n).sum::<u64>() > 100_000, "{label}: few bytecodes");
+            assert!(b == c, "{label}: count=chords gives another main-thread profile than count=blocks");
+            let (sb, sc) = (blocks.summary(), chords.summary());
+            assert_eq!(sb["count"], "blocks", "{label}");
+            assert_eq!(sc["count"], "chords", "{label}");
+            let on_chords: u64 = sc["on_chords"].parse().unwrap();
+            let by_blocks: u64 = sc["by_blocks"].parse().unwrap();
+            assert!(on_chords > 10 * by_blocks, "{label}: {on_chords} methods on chords, {by_blocks} by blocks");
+            let updates = |s: &std::collections::BTreeMap<String, String>| s["counter_updates"].parse::<u64>().unwrap();
+            assert!(
+                (updates(&sc) as f64) < 0.95 * updates(&sb) as f64,
+                "{label}: {} updates on chords against {} by blocks",
+                updates(&sc),
+                updates(&sb)
+            );
+        }
+    });
+}
+
 /// Java called back from native code, under stack=walk: the contexts of the native-callback test, and
 /// one the reified stack cannot give: code that native code calls after it caught an exception thrown
 /// through rewritten frames sits below the frames still on the thread's stack (main → chain, then the

@@ -56,6 +56,9 @@ pub struct Options {
     pub callsite: bool,
     /// bytecode: how a sample finds its calling context (see [`StackMode`]).
     pub stack: StackMode,
+    /// bytecode: counter updates on the chords of a spanning tree of each method's flow graph (`count=chords`)
+    /// instead of one per basic block (`count=blocks`); the profiles are the same.
+    pub chords: bool,
     /// exact: count every basic block per calling context.
     pub bb: bool,
     /// alloc: the mean number of bytes allocated between two samples of a thread.
@@ -133,6 +136,7 @@ impl Default for Options {
             maxpath: 50,
             callsite: true,
             stack: StackMode::Auto,
+            chords: false,
             bb: false,
             alloc_bytes: 512 * 1024,
             live: false,
@@ -250,6 +254,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "auto",
         "bytecode: the sample's context from a stack kept by rewritten code, or from the thread's own stack \
          (auto: walk from gran=100000 up, when callsite=off)",
+    ),
+    (
+        "count",
+        "blocks | chords",
+        "blocks",
+        "bytecode: one counter update per basic block, or updates on the chords of a spanning tree (same profile)",
     ),
     ("bb", "on | off", "off", "exact: also count every basic block in every calling context"),
     ("alloc", "size 1..1g (bytes, or with k, m, g)", "512k", "alloc: mean bytes allocated between two samples"),
@@ -405,6 +415,13 @@ impl Options {
                 "stack" => {
                     let v = need()?;
                     o.stack = StackMode::parse(v).ok_or_else(|| bad(key, v))?;
+                }
+                "count" => {
+                    o.chords = match need()? {
+                        "blocks" => false,
+                        "chords" => true,
+                        v => return Err(bad(key, v)),
+                    }
                 }
                 "gran" => o.gran = parse_range(key, need()?, 1, 1_000_000_000)? as u32,
                 "rand" => o.rand = parse_range(key, need()?, 0, 1_000_000_000)? as u32,

@@ -68,6 +68,8 @@ fn every_kind_of_bad_option_gives_one_line_naming_it() {
         ("maxpath=70000", "'maxpath=70000'"),
         ("callsite=sometimes", "'callsite=sometimes'"),
         ("stack=deep", "'stack=deep'"),
+        ("count=paths", "'count=paths'"),
+        ("count=", "'count='"),
         ("stack=", "'stack='"),
         ("mode=bytecode,stack=walk,callsite=on", "'stack=walk'"),
         ("include=", "'include='"),

@@ -11,10 +11,11 @@
 
 use std::sync::Arc;
 
+use super::chords::Chords;
 use super::flow::{bracket_calls, bracket_calls_where, Flow};
 use super::methods::MethodTable;
 use super::policy;
-use super::{MethodInput, MethodTransform};
+use super::{MethodInput, MethodTransform, RewriteStats};
 use crate::blocks::DEFAULT_MAX_PATH;
 use crate::code::Instructions;
 use crate::edit::{CodeEditor, EditError, Refusal};
@@ -44,6 +45,9 @@ pub struct BytecodeConfig {
     /// handlers). Without it (`stack=walk`) every method counts as a leaf does and a sample walks the
     /// thread's own stack, keeping the frames [`MethodTable::mark_rewritten`] marks as pushing.
     pub reified_stack: bool,
+    /// Increments on the chords of a spanning tree of the flow graph instead of one per block
+    /// ([`super::chords`]); the counts read at checks and exits, and so the profiles, are the same.
+    pub chords: bool,
 }
 
 impl Default for BytecodeConfig {
@@ -54,6 +58,7 @@ impl Default for BytecodeConfig {
             leaf_optimization: true,
             thread_fields: true,
             reified_stack: true,
+            chords: false,
         }
     }
 }
@@ -88,10 +93,16 @@ pub struct BytecodeTransform {
     /// its own methods may run inherited code there ([`policy::invoke_mutes_call`]).
     extends_outside: bool,
     flow: Flow,
+    chords: Chords,
+    /// Per block: a granularity check at its start (scratch).
+    split: Vec<bool>,
     snippet: Snippet,
     /// The method being edited: its id and whether the reified stack would hold it (marked in the method
     /// table once the rewriter has kept the edit).
     pending: Option<(u32, bool)>,
+    /// The method being edited: counted on chords (`Some(true)`), by blocks though chords were asked for
+    /// (`Some(false)`), and its counter updates.
+    pending_count: (Option<bool>, u64),
 }
 
 impl BytecodeTransform {
@@ -103,8 +114,11 @@ impl BytecodeTransform {
             refs: None,
             extends_outside: false,
             flow: Flow::default(),
+            chords: Chords::default(),
+            split: Vec::new(),
             snippet: Snippet::new(),
             pending: None,
+            pending_count: (None, 0),
         }
     }
 
@@ -186,10 +200,17 @@ impl MethodTransform for BytecodeTransform {
         self.extends_outside = super_name.is_ok_and(policy::invoke_super_outside);
     }
 
-    fn method_rewritten(&mut self) {
+    fn method_rewritten(&mut self, stats: &mut RewriteStats) {
         if let Some((id, pushed)) = self.pending.take() {
             self.methods.mark_rewritten(id, pushed);
         }
+        let (chords, updates) = std::mem::take(&mut self.pending_count);
+        match chords {
+            Some(true) => stats.counted_on_chords += 1,
+            Some(false) => stats.counted_by_blocks += 1,
+            None => {}
+        }
+        stats.counter_updates += updates;
     }
 
     fn edit_method(
@@ -199,6 +220,7 @@ impl MethodTransform for BytecodeTransform {
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError> {
         self.pending = None;
+        self.pending_count = (None, 0);
         if self.wrappers.iter().any(|(n, d)| n == m.name && d == m.descriptor) {
             return Ok(());
         }
@@ -247,9 +269,36 @@ impl MethodTransform for BytecodeTransform {
                 s.aload(l);
             }
         };
+        // Where a block's check goes: at its start when it calls, heads a loop, or would take the path since
+        // the last check past MaxPath; a returning block checks at its return.
+        self.split.clear();
+        for (b, info) in self.flow.blocks.iter().zip(&self.flow.info) {
+            let over = max_path != 0 && info.entering.saturating_add(b.insns) > max_path;
+            self.split.push(info.calls || info.loop_header || (info.check && (!info.terminates || over)));
+        }
+        let chords = self.config.chords && !muted && self.chords.place(&self.flow, m.code.code, &self.split)?;
+        if self.config.chords && !muted {
+            self.pending_count.0 = Some(chords);
+        }
+        let c = &self.chords;
         // The prologue counts the first block when nothing leads back to it (it then runs exactly once).
         let fold_first = self.flow.first_runs_once();
-        let first = if fold_first { self.flow.blocks[0].insns as i32 } else { 0 };
+        let first = if chords {
+            c.entry
+        } else if fold_first {
+            self.flow.blocks[0].insns as i32
+        } else {
+            0
+        };
+        let updates = std::cell::Cell::new(0u64);
+        let iinc = |s: &mut Snippet, add: i32| -> Result<(), EditError> {
+            if add != 0 {
+                updates.set(updates.get() + 1);
+                let add = i16::try_from(-add).map_err(|_| EditError::Refused(Refusal::CodeTooLarge))?;
+                s.iinc(count, add);
+            }
+            Ok(())
+        };
         s.clear();
         if let Some(l) = state {
             s.invokestatic(cp, refs.state).astore(l);
@@ -263,11 +312,14 @@ impl MethodTransform for BytecodeTransform {
         let mut insns = Instructions::new(m.code.code).peekable();
         for (i, b) in self.flow.blocks.iter().enumerate() {
             let info = self.flow.info[i];
-            let n = if i == 0 && fold_first { 0 } else { b.insns };
-            // A returning block checks at its return; it needs a check at its start as well only when it
-            // calls, heads a loop, or would take the path since the last check past MaxPath.
-            let over = max_path != 0 && info.entering.saturating_add(b.insns) > max_path;
-            let start_check = info.calls || info.loop_header || (info.check && (!info.terminates || over));
+            let add = if chords {
+                c.start[i]
+            } else if i == 0 && fold_first {
+                0
+            } else {
+                b.insns as i32
+            };
+            let start_check = self.split[i];
             s.clear();
             if !leaf && info.handler {
                 with_state(s);
@@ -278,10 +330,7 @@ impl MethodTransform for BytecodeTransform {
                     s.iload(depth).invokestatic(cp, refs.handler);
                 }
             }
-            if n > 0 {
-                let n = i16::try_from(n).map_err(|_| EditError::Refused(Refusal::CodeTooLarge))?;
-                s.iinc(count, -n);
-            }
+            iinc(s, add)?;
             if start_check {
                 with_state(s);
                 if no_depth {
@@ -293,9 +342,13 @@ impl MethodTransform for BytecodeTransform {
             if !s.is_empty() {
                 editor.insert_before(info.at, s)?;
             }
+            let last = if chords { c.last[i].0 } else { u32::MAX };
             while let Some(Ok(insn)) = insns.next_if(|r| r.as_ref().is_ok_and(|x| x.offset < b.end)) {
                 s.clear();
                 if is_return(insn.opcode) || insn.opcode == ATHROW {
+                    if chords {
+                        iinc(s, c.exit[i])?;
+                    }
                     with_state(s);
                     if no_depth {
                         s.iload(count).push_int(cp, id).invokestatic(cp, refs.leaf_exit);
@@ -313,11 +366,21 @@ impl MethodTransform for BytecodeTransform {
                     with_state(s);
                     s.iload(depth).push_int(cp, site as i32).invokestatic(cp, refs.site);
                 }
+                if insn.offset == last {
+                    // The block's one way out (a branch, switch or goto: after any site call, which it is not).
+                    iinc(s, c.before_last[i])?;
+                }
                 if !s.is_empty() {
                     editor.insert_before(insn.offset, s)?;
                 }
+                if insn.offset == last && c.after_last[i] != 0 {
+                    s.clear();
+                    iinc(s, c.after_last[i])?;
+                    editor.insert_after(insn.offset, s)?;
+                }
             }
         }
+        self.pending_count.1 = updates.get();
         if muted {
             // A throw leaves through a handler that unmutes once (the method's own handlers catch first).
             s.clear();

@@ -41,6 +41,8 @@ pub struct BlockInfo {
 pub struct Flow {
     pub blocks: Vec<Block>,
     pub info: Vec<BlockInfo>,
+    /// Edges from branches, switches and fall-through, one per (block, target), sorted by target then source.
+    pub edges: Vec<(u32, u32)>,
     marks: Vec<u8>,
     /// The exception table's distinct (start, end, handler) triples, in that order of fields' priority.
     entries: Vec<(u16, u16, u16)>,
@@ -67,7 +69,8 @@ impl Flow {
         let n = self.blocks.len();
         self.info.clear();
         self.info.resize(n, BlockInfo::default());
-        let mut edges: Vec<(u32, u32)> = Vec::new();
+        let mut edges = std::mem::take(&mut self.edges);
+        edges.clear();
         let mut insns = Instructions::new(bytes);
         for i in 0..n {
             let b = self.blocks[i];
@@ -164,6 +167,7 @@ impl Flow {
             }
             self.run.set(i, if info.check { insns } else { entering + insns });
         }
+        self.edges = edges;
         Ok(())
     }
 
@@ -244,6 +248,11 @@ impl Flow {
             }
         }
         Ok(())
+    }
+
+    /// The exception ranges as (handler block, first covered block, last covered block), merged per handler.
+    pub fn covered(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        self.ranges.iter().map(|r| (r.handler, r.first, r.last))
     }
 
     /// The first block runs exactly once per invocation (nothing leads back to it), so a prologue can

@@ -6,6 +6,7 @@
 //! [`SkipReason`] in [`RewriteStats`].
 
 pub mod bytecode;
+pub mod chords;
 pub mod exact;
 pub mod flow;
 pub mod input;
@@ -88,7 +89,7 @@ pub trait MethodTransform {
 
     /// The rewriter kept the edit of the method [`MethodTransform::edit_method`] last edited (it may still
     /// refuse an edit after the transform, for example past the byte budget). Default: ignored.
-    fn method_rewritten(&mut self) {}
+    fn method_rewritten(&mut self, _stats: &mut RewriteStats) {}
 
     /// Names the methods of the next class that wrap a native method (see [`natives`]): a counting mode
     /// counts them as the native. Default: ignored.
@@ -182,6 +183,12 @@ pub struct RewriteStats {
     pub intrinsics_bracketed: u64,
     /// Methods of java.lang.invoke (left alone, so also in `left_alone`) whose calls a mode muted.
     pub invoke_muted: u64,
+    /// Bytecode mode with `count=chords`: methods whose counter updates sit on chords, and methods that kept
+    /// one update per block (their exception edges and branches leave no consistent spanning tree).
+    pub counted_on_chords: u64,
+    pub counted_by_blocks: u64,
+    /// Counter updates the rewritten methods hold (prologues not included).
+    pub counter_updates: u64,
     pub left_alone: BTreeMap<SkipReason, u64>,
 }
 
@@ -204,6 +211,9 @@ impl RewriteStats {
         self.methods_rewritten += o.methods_rewritten;
         self.intrinsics_bracketed += o.intrinsics_bracketed;
         self.invoke_muted += o.invoke_muted;
+        self.counted_on_chords += o.counted_on_chords;
+        self.counted_by_blocks += o.counted_by_blocks;
+        self.counter_updates += o.counter_updates;
         for (k, v) in &o.left_alone {
             *self.left_alone.entry(*k).or_default() += v;
         }
@@ -311,7 +321,7 @@ impl Rewriter {
             match (r, policy) {
                 (Ok(true), None) => {
                     stats.methods_rewritten += 1;
-                    self.transform.method_rewritten();
+                    self.transform.method_rewritten(stats);
                     self.edits.push(MethodEdit { method: i, range: start..self.buf.len() });
                 }
                 (Ok(true), Some(r)) => {

@@ -97,9 +97,15 @@ impl Engine for BytecodeEngine {
     }
 
     fn summary(&self, meta: &Meta) -> String {
-        let stack = if meta.counters.get("stack_walk").copied().unwrap_or(0) != 0 { "walk" } else { "reified" };
+        let c = |k: &str| meta.counters.get(k).copied().unwrap_or(0);
+        let stack = if c("stack_walk") != 0 { "walk" } else { "reified" };
+        let count = if meta.counters.contains_key("counted_on_chords") {
+            format!("count=chords on_chords={} by_blocks={}", c("counted_on_chords"), c("counted_by_blocks"))
+        } else {
+            "count=blocks".to_string()
+        };
         format!(
-            "{} stack={stack} {} {}",
+            "{} stack={stack} {count} counter_updates={} {} {}",
             fields(
                 meta,
                 &[
@@ -112,6 +118,7 @@ impl Engine for BytecodeEngine {
                     ("bytecodes", "estimated_bytecodes"),
                 ]
             ),
+            c("counter_updates"),
             RewritingEngine::summary_classes(meta),
             RewritingEngine::summary_left_alone(meta)
         )

@@ -313,6 +313,7 @@ impl RewritingEngine {
                     leaf_optimization: true,
                     thread_fields: thread_fields::added(),
                     reified_stack: !o.stack_walks(),
+                    chords: o.chords,
                 };
                 Box::new(BytecodeTransform::new(c, Arc::clone(&self.methods)))
             }
@@ -610,6 +611,11 @@ impl RewritingEngine {
         let rs = self.rewrite_stats.lock().unwrap_or_else(|e| e.into_inner());
         c.insert("methods_rewritten".into(), rs.methods_rewritten);
         c.insert("methods_left_alone".into(), rs.left_alone_total());
+        c.insert("counter_updates".into(), rs.counter_updates);
+        if rs.counted_on_chords + rs.counted_by_blocks > 0 {
+            c.insert("counted_on_chords".into(), rs.counted_on_chords);
+            c.insert("counted_by_blocks".into(), rs.counted_by_blocks);
+        }
         for (reason, n) in &rs.left_alone {
             c.insert(format!("left_alone.{}", reason.name()), *n);
         }
