@@ -270,11 +270,15 @@ impl MethodTransform for BytecodeTransform {
             }
         };
         // Where a block's check goes: at its start when it calls, heads a loop, or would take the path since
-        // the last check past MaxPath; a returning block checks at its return.
+        // the last check past MaxPath; a returning block checks at its return. Not where every path from
+        // the entry brings fewer than MaxPath bytecodes: such a check can never commit (the local starts at
+        // zero and only commits reset it), so leaving it out changes nothing but the code's size.
         self.split.clear();
         for (b, info) in self.flow.blocks.iter().zip(&self.flow.info) {
             let over = max_path != 0 && info.entering.saturating_add(b.insns) > max_path;
-            self.split.push(info.calls || info.loop_header || (info.check && (!info.terminates || over)));
+            let needed = info.calls || info.loop_header || (info.check && (!info.terminates || over));
+            let never_commits = max_path != 0 && info.from_entry.saturating_add(b.insns) < max_path;
+            self.split.push(needed && !never_commits);
         }
         let chords = self.config.chords && !muted && self.chords.place(&self.flow, m.code.code, &self.split)?;
         if self.config.chords && !muted {

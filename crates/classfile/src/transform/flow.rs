@@ -28,6 +28,10 @@ pub struct BlockInfo {
     pub check: bool,
     /// Bytecodes counted since the last check when the block starts (along the longest forward path).
     pub entering: u32,
+    /// Bytecodes counted since the method's entry when the block starts, along the longest path, when no
+    /// loop or handler leads here (`u32::MAX` otherwise): a check here that would find fewer than MaxPath
+    /// bytecodes even then can never commit.
+    pub from_entry: u32,
     /// Where the block's counting code goes: its start, except in a handler that its own exception range
     /// covers (javac's `synchronized` and `finally` handlers: `astore; aload; monitorexit` under a range
     /// that targets the handler itself). There the code goes at the end of that range: C1 will not
@@ -144,12 +148,21 @@ impl Flow {
         let (mut e, mut r) = (0, 0);
         for i in 0..n {
             let mut entering = 0;
+            // Only the entry leads to block 0 unless it heads a loop; other blocks need a way in.
+            let mut from_entry = if i == 0 { 0 } else { u32::MAX };
+            let mut first_pred = true;
             while e < edges.len() && edges[e].1 as usize == i {
                 let from = edges[e].0 as usize;
                 if from < i {
                     entering = entering.max(self.run.get(from));
+                    let via = self.info[from].from_entry.saturating_add(self.blocks[from].insns);
+                    from_entry = if first_pred { via } else { from_entry.max(via) };
+                    first_pred = false;
                 }
                 e += 1;
+            }
+            if self.info[i].loop_header || self.info[i].handler {
+                from_entry = u32::MAX;
             }
             while r < self.ranges.len() && self.ranges[r].handler as usize == i {
                 let range = self.ranges[r];
@@ -161,6 +174,7 @@ impl Flow {
             let info = &mut self.info[i];
             info.check = info.calls || info.terminates || info.loop_header;
             info.entering = entering;
+            info.from_entry = from_entry;
             let insns = self.blocks[i].insns;
             if !info.check && entering.saturating_add(insns) > max_path {
                 info.check = true;
@@ -446,11 +460,21 @@ mod tests {
         }
         let max_path = if max_path == 0 { u32::MAX } else { max_path };
         let mut run = vec![0u32; n];
+        let mut from_entry = vec![0u32; n];
         for i in 0..n {
             let inf = &mut info[i];
             inf.check = inf.calls || inf.terminates || inf.loop_header;
             let entering = preds[i].iter().map(|&p| run[p as usize]).max().unwrap_or(0);
             inf.entering = entering;
+            from_entry[i] = if inf.loop_header || inf.handler {
+                u32::MAX
+            } else if i == 0 {
+                0
+            } else {
+                let via = |&p: &u32| from_entry[p as usize].saturating_add(blocks[p as usize].insns);
+                preds[i].iter().map(via).max().unwrap_or(u32::MAX)
+            };
+            inf.from_entry = from_entry[i];
             let insns = blocks[i].insns;
             if !inf.check && entering.saturating_add(insns) > max_path {
                 inf.check = true;
@@ -544,5 +568,33 @@ mod tests {
                 assert_eq!(format!("{:?}", f.info), format!("{want:?}"), "round {round} max_path {max_path}");
             }
         }
+    }
+
+    /// `from_entry`: the longest count from the entry, through forward edges only; nothing after a loop
+    /// header or a handler is bounded.
+    #[test]
+    fn counts_from_the_entry_are_bounded_only_before_loops() {
+        // 0 iload_0; 1 ifeq +6 (7); 4 nop; 5 nop; 6 nop; 7 invokestatic #1; 10 return
+        let bytes = [ILOAD_0, IFEQ, 0, 6, NOP, NOP, NOP, INVOKESTATIC, 0, 1, RETURN];
+        let c = Code {
+            attr: Attribute { name_index: 0, offset: 0, info: &[] },
+            max_stack: 2,
+            max_locals: 1,
+            code: &bytes,
+            exception_table: &[],
+            attributes: Vec::new(),
+            narrow: false,
+        };
+        let mut f = Flow::default();
+        f.analyse(&c, 50).unwrap();
+        let from: Vec<u32> = f.info.iter().map(|i| i.from_entry).collect();
+        // Blocks: [0,4) 2 insns, [4,7) 3 insns, [7,11) 2 insns: the longest way into the last is 2 + 3.
+        assert_eq!(from, [0, 2, 5]);
+        // A loop back to the call block: it and what follows it are unbounded.
+        let looping = [ILOAD_0, IFEQ, 0, 6, NOP, NOP, NOP, INVOKESTATIC, 0, 1, GOTO, 0xff, 0xfd, RETURN];
+        let c = Code { code: &looping, ..c };
+        f.analyse(&c, 50).unwrap();
+        let from: Vec<u32> = f.info.iter().map(|i| i.from_entry).collect();
+        assert_eq!(from, [0, 2, u32::MAX, u32::MAX]);
     }
 }
