@@ -53,6 +53,8 @@ pub struct Chords {
     edges: Vec<Edge>,
     preds: Vec<u32>,
     succs: Vec<u32>,
+    optional: Vec<Edge>,
+    chord: Vec<bool>,
 }
 
 #[derive(Clone, Copy)]
@@ -141,7 +143,8 @@ impl Chords {
                 }
             }
         }
-        let mut optional = Vec::new();
+        let mut optional = std::mem::take(&mut self.optional);
+        optional.clear();
         for &(from, to) in &flow.edges {
             let (u, v) = (from as usize, to as usize);
             let (src, weight) = source(u);
@@ -171,7 +174,8 @@ impl Chords {
             let weight = b.insns as i64;
             self.edges.push(Edge { from: 1 + v as u32, to: Z, weight, place: Place::Start(v as u32) });
         }
-        self.edges.extend(optional);
+        self.edges.extend_from_slice(&optional);
+        self.optional = optional;
         for u in 0..n {
             if flow.info[u].terminates {
                 let (from, weight) = source(u);
@@ -185,10 +189,13 @@ impl Chords {
         self.parent.extend(0..=n as u32);
         self.offset.clear();
         self.offset.resize(n + 1, 0);
-        let mut chord = vec![false; self.edges.len()];
+        let mut chord = std::mem::take(&mut self.chord);
+        chord.clear();
+        chord.resize(self.edges.len(), false);
         let edges = std::mem::take(&mut self.edges);
         let placed = self.solve(&edges, mandatory, &mut chord, n);
         self.edges = edges;
+        self.chord = chord;
         placed
     }
 
@@ -295,6 +302,17 @@ mod tests {
         }
     }
 
+    /// The flow of `c` and the increments placed with no block split (no checks at block starts).
+    fn placed(c: &Code<'_>, blocks: usize) -> (Flow, Chords, Vec<bool>) {
+        let mut flow = Flow::default();
+        flow.analyse(c, 50).unwrap();
+        assert_eq!(flow.blocks.len(), blocks);
+        let split = vec![false; blocks];
+        let mut chords = Chords::default();
+        assert!(chords.place(&flow, c.code, &split).unwrap());
+        (flow, chords, split)
+    }
+
     /// Runs the method through `path` (block indices; an edge to the next block in the code is its
     /// fall-through, any other a branch) as the rewrite places the increments, and checks that every check
     /// (at a split block's start) and the exit read the bytecodes counted since the entry.
@@ -328,12 +346,7 @@ mod tests {
     fn a_diamond_counts_each_path_with_one_update_at_most() {
         // 0 iload_0; 1 ifeq +9 (10); 4 iinc 1 1; 7 goto +6 (13); 10 iinc 1 2; 13 iload_1; 14 ireturn
         let c = code(&[ILOAD_0, IFEQ, 0, 9, IINC, 1, 1, GOTO, 0, 6, IINC, 1, 2, ILOAD_0 + 1, IRETURN]);
-        let mut flow = Flow::default();
-        flow.analyse(&c, 50).unwrap();
-        assert_eq!(flow.blocks.len(), 4);
-        let split = [false; 4];
-        let mut chords = Chords::default();
-        assert!(chords.place(&flow, c.code, &split).unwrap());
+        let (flow, chords, split) = placed(&c, 4);
         run(&chords, &flow, &split, &[0, 1, 3]);
         run(&chords, &flow, &split, &[0, 2, 3]);
         // Block counting updates three times (the first block goes to the prologue), each path twice;
@@ -392,12 +405,7 @@ mod tests {
             ],
             &[0, 0, 0, 19, 0, 19, 0, 0],
         );
-        let mut flow = Flow::default();
-        flow.analyse(&c, 50).unwrap();
-        assert_eq!(flow.blocks.len(), 5);
-        let split = [false; 5];
-        let mut chords = Chords::default();
-        assert!(chords.place(&flow, c.code, &split).unwrap());
+        let (flow, chords, split) = placed(&c, 5);
         run(&chords, &flow, &split, &[0, 1, 3]);
         run(&chords, &flow, &split, &[0, 2, 3]);
         // The division throws (block 3 counted whole, as block counting counts it), or anything earlier.
