@@ -549,6 +549,42 @@ fn rand_moves_the_sample_points_but_keeps_totals_and_reproducibility() {
 }
 
 #[test]
+fn sample_points_sit_every_period_however_long_the_commits() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-period-{}", jdk.label()));
+        let main = "kprof.harness.Deterministic";
+        let counters = |name: &str, opts: &str| {
+            let file = dir.join(format!("{name}.json"));
+            let run = run_verified(jdk, Some(&format!("mode=bytecode,{opts},file={}", file.display())), &[], main, &[]);
+            run.assert_ok();
+            read_profile(&file).unwrap().meta.counters
+        };
+        // A commit that ends a period stands for that period; what it brought past the end opens the next
+        // one. So with rand=0 every sample weighs exactly gran, however many bytecodes each method holds
+        // before it commits (maxpath=auto: 100 and 1,000 here, and 5,000 given).
+        let mut totals = Vec::new();
+        for (name, opts, gran) in [
+            ("g1e4", "gran=10000,rand=0", 10_000),
+            ("g1e5", "gran=100000,rand=0", 100_000),
+            ("g1e5m", "gran=100000,rand=0,maxpath=5000", 100_000),
+        ] {
+            let c = counters(name, opts);
+            assert!(c["samples"] > 1_000_000_000 / gran / 10, "{}: {name}: {c:?}", jdk.label());
+            assert_eq!(c["sampled_bytecodes"], c["samples"] * gran, "{}: {name}: {c:?}", jdk.label());
+            // What each thread counted after its last sample point: less than one period a thread.
+            assert!(c["residual_bytecodes"] < c["threads_sampled"] * gran, "{}: {name}: {c:?}", jdk.label());
+            totals.push(c["estimated_bytecodes"]);
+        }
+        // Commits longer than a period (no bound, gran=100): each weighs on its one sample, more than gran;
+        // the total is every bytecode counted all the same.
+        let c = counters("g100m0", "gran=100,rand=0,maxpath=0");
+        assert!(c["sampled_bytecodes"] > c["samples"] * 100, "{}: {c:?}", jdk.label());
+        totals.push(c["estimated_bytecodes"]);
+        assert!(totals.windows(2).all(|w| w[0] == w[1]), "{}: totals {totals:?}", jdk.label());
+    });
+}
+
+#[test]
 fn maxpath_places_more_or_fewer_checks_but_counts_the_same() {
     for_each_jdk(|jdk| {
         let dir = scratch(&format!("bc-maxpath-{}", jdk.label()));
@@ -635,7 +671,7 @@ fn bad_option_values_stop_the_jvm_with_one_line() {
         ("gran=0", "kprof: bad option 'gran=0': accepted: 1..1000000000"),
         ("gran=lots", "kprof: bad option 'gran=lots': accepted: 1..1000000000"),
         ("rand=-1", "kprof: bad option 'rand=-1': accepted: 0..1000000000"),
-        ("maxpath=70000", "kprof: bad option 'maxpath=70000': accepted: 0..65535 (0 = no limit)"),
+        ("maxpath=70000", "kprof: bad option 'maxpath=70000': accepted: auto | 0..65535 (0 = no limit)"),
         ("callsite=maybe", "kprof: bad option 'callsite=maybe': accepted: on | off"),
         ("include=", "kprof: bad option 'include=': accepted: class pattern"),
         ("exclude", "kprof: bad option 'exclude=': accepted: class pattern"),

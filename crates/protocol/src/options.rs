@@ -50,8 +50,9 @@ pub struct Options {
     pub gran: u32,
     /// bytecode: a random 0..rand added to each period.
     pub rand: u32,
-    /// bytecode/exact: longest block and longest unchecked path, in bytecodes (0: no limit).
-    pub maxpath: u32,
+    /// bytecode/exact: longest block and longest unchecked path, in bytecodes (0: no limit); `None`
+    /// (`maxpath=auto`, the default): see [`Options::bytecode_maxpath`] and [`Options::exact_maxpath`].
+    pub maxpath: Option<u32>,
     /// bytecode/exact: keep callsites apart in the CCT.
     pub callsite: bool,
     /// bytecode: how a sample finds its calling context (see [`StackMode`]).
@@ -133,7 +134,7 @@ impl Default for Options {
             control: true,
             gran: 10_000,
             rand: 100,
-            maxpath: 50,
+            maxpath: None,
             callsite: true,
             stack: StackMode::Auto,
             chords: false,
@@ -164,6 +165,10 @@ pub enum StackMode {
 
 /// The granularity from which `stack=auto` walks.
 pub const AUTO_WALK_GRAN: u32 = 100_000;
+
+/// `maxpath=auto`: the least bound, exact mode's bound, and bytecode mode's share of the granularity.
+pub const AUTO_MAXPATH_MIN: u32 = 50;
+pub const AUTO_MAXPATH_GRAN_DIVISOR: u32 = 100;
 
 impl StackMode {
     pub fn parse(s: &str) -> Option<StackMode> {
@@ -243,9 +248,10 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("rand", "0..1000000000", "100", "bytecode: a random 0..rand-1 added to each period (fixed seed: reproducible)"),
     (
         "maxpath",
-        "0..65535 (0 = no limit)",
-        "50",
-        "bytecode/exact: longest block and longest path without a check, bytecodes",
+        "auto | 0..65535 (0 = no limit)",
+        "auto",
+        "bytecode/exact: longest block and longest path without a check, bytecodes (auto: gran/100 within \
+         50..65535 for bytecode, 50 for exact)",
     ),
     ("callsite", "on | off", "off (bytecode), on (exact)", "bytecode/exact: keep calls from different callsites apart"),
     (
@@ -425,7 +431,10 @@ impl Options {
                 }
                 "gran" => o.gran = parse_range(key, need()?, 1, 1_000_000_000)? as u32,
                 "rand" => o.rand = parse_range(key, need()?, 0, 1_000_000_000)? as u32,
-                "maxpath" => o.maxpath = parse_range(key, need()?, 0, 65535)? as u32,
+                "maxpath" => {
+                    let v = need()?;
+                    o.maxpath = if v == "auto" { None } else { Some(parse_range(key, v, 0, 65535)? as u32) };
+                }
                 "batch" => {
                     o.wall_batch = parse_range(key, need()?, 1, 8192)? as u32;
                     batch_given = true;
@@ -525,6 +534,23 @@ impl Options {
             )));
         }
         Ok(o)
+    }
+
+    /// Bytecode mode's bound on a path without a check, which is also how many bytecodes a method
+    /// invocation counts in its local before a check commits them to the thread's counter. `auto`: a
+    /// hundredth of the granularity (at least 50): a commit is a read-modify-write of the thread's
+    /// counter, and the bytecodes of one commit all ran in one invocation, so they are all in the
+    /// context the commit samples in, however many there are; a larger bound moves a sample by at most
+    /// that many bytecodes within its period and changes no attribution, and commits on hot loops become
+    /// rare (docs/BENCHMARKS.md: maxpath=10000 at gran=1000000).
+    pub fn bytecode_maxpath(&self) -> u32 {
+        self.maxpath.unwrap_or_else(|| (self.gran / AUTO_MAXPATH_GRAN_DIVISOR).clamp(AUTO_MAXPATH_MIN, 65535))
+    }
+
+    /// Exact mode's bound on a block (it splits longer ones): its counts are per block and context, so the
+    /// bound changes only where its checks sit; `auto` keeps 50.
+    pub fn exact_maxpath(&self) -> u32 {
+        self.maxpath.unwrap_or(AUTO_MAXPATH_MIN)
     }
 
     /// Bytecode mode takes each sample's context by walking the thread's stack (no reified stack).

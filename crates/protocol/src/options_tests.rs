@@ -175,3 +175,17 @@ fn class_patterns() {
 fn paths_expand_pid_and_time() {
     assert_eq!(expand_path("/tmp/kprof-%p-%t-%n.html", 42, 7, 3), "/tmp/kprof-42-7-3.html");
 }
+
+#[test]
+fn maxpath_auto_scales_with_the_granularity_for_bytecode_mode_only() {
+    let at = |text: &str| Options::parse(Some(text)).unwrap();
+    let o = at("mode=bytecode,gran=1000000");
+    assert_eq!((o.bytecode_maxpath(), o.exact_maxpath()), (10_000, 50));
+    assert_eq!(at("mode=bytecode,gran=10000").bytecode_maxpath(), 100);
+    assert_eq!(at("mode=bytecode,gran=1000").bytecode_maxpath(), 50);
+    assert_eq!(at("mode=bytecode,gran=1000000000").bytecode_maxpath(), 65_535);
+    assert_eq!(at("mode=bytecode,gran=1000000,maxpath=auto").bytecode_maxpath(), 10_000);
+    let fixed = at("mode=bytecode,gran=1000000,maxpath=0");
+    assert_eq!((fixed.bytecode_maxpath(), fixed.exact_maxpath()), (0, 0));
+    assert_eq!(at("mode=exact,maxpath=300").exact_maxpath(), 300);
+}

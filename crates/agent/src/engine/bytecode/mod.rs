@@ -92,6 +92,7 @@ impl Engine for BytecodeEngine {
         c.insert("threads_sampled".into(), st.threads.load(Ordering::Relaxed));
         c.insert("gran".into(), o.gran as u64);
         c.insert("rand".into(), o.rand as u64);
+        c.insert("maxpath".into(), o.bytecode_maxpath() as u64);
         c.insert("stack_walk".into(), o.stack_walks() as u64);
         self.rewriting.describe_classes(meta);
     }
@@ -111,6 +112,7 @@ impl Engine for BytecodeEngine {
                 &[
                     ("gran", "gran"),
                     ("rand", "rand"),
+                    ("maxpath", "maxpath"),
                     ("samples", "samples"),
                     ("dropped", "dropped_samples"),
                     ("truncated", "truncated_samples"),

@@ -390,7 +390,7 @@ impl BcRuntime {
             jvalue { i: o.depth as i32 },
             jvalue { i: ring_bytes(o.gran) as i32 },
             jvalue { z: fields as u8 },
-            jvalue { i: o.maxpath as i32 },
+            jvalue { i: o.bytecode_maxpath() as i32 },
             jvalue { z: o.stack_walks() as u8 },
         ];
         jni.call_static_void(self.class, self.init, &args).map_err(|_| "kprof.runtime.Bc.init threw".to_string())

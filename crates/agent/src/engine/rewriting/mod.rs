@@ -299,7 +299,7 @@ impl RewritingEngine {
         let transform: Box<dyn MethodTransform> = match config.mode {
             EngineKind::Exact => {
                 let c = ExactConfig {
-                    max_path: o.maxpath,
+                    max_path: o.exact_maxpath(),
                     callsites: o.callsite,
                     blocks: o.bb,
                     thread_fields: thread_fields::added(),
@@ -308,7 +308,7 @@ impl RewritingEngine {
             }
             _ => {
                 let c = BytecodeConfig {
-                    max_path: o.maxpath,
+                    max_path: o.bytecode_maxpath(),
                     callsites: o.callsite,
                     leaf_optimization: true,
                     thread_fields: thread_fields::added(),

@@ -31,9 +31,9 @@ import jdk.internal.vm.annotation.Stable;
  * <p>Counting: a block's bytecodes go to the local C; a check commits C to the thread's counter (the
  * bytecodes left before the next sample) once it holds MaxPath bytecodes, an exit always. A commit that
  * takes the counter to zero or below records a sample: the first D entries of the reified stack, the method
- * and the bytecodes counted since the thread's previous sample (Komorium: a sample stands for the period
- * before it). Checks sit where the Komorium paper (section 5.2) puts them, and every call and exit commits what the method
- * counted, so a sample's context is always the context its bytecodes were counted in.
+ * and the period that ended in that commit (Komorium: a sample stands for the period
+ * before it). Checks sit where the Komorium paper (section 5.2) puts them, and every exit commits what the method
+ * counted (a check before a call only once it holds MaxPath), so a sample is always in the context its bytecodes were counted in.
  *
  * <p>The reified stack is kept by the callee: {@code enter} writes the method's id at the depth the caller
  * left and leaves depth D + 1 for callees; a return restores D; an exception handler re-asserts D + 1, so
@@ -206,16 +206,29 @@ public final class Bc {
 
     // ---- the sample, for both flavours ------------------------------------------------------------
 
-    /** Records a sample and starts the next period, which it returns. */
+    /**
+     * Records a sample and starts the next period; returns the counter for it. The commit that ended the
+     * period ({@code x <= 0} its count past the end) stands for that period, and what it brought past the
+     * end opens the next one: sample points sit every gran + r bytecodes of the thread's stream, wherever
+     * its commits cut it. Restarting the period at the commit's end instead put every sample point at
+     * some commit boundary plus a period, and the longer the commits ({@code maxpath}) the more a loop
+     * whose commits repeat with the period favoured some of them (docs/bytecode.md). A commit longer than
+     * a whole period (maxpath at or above gran) weighs on its one sample and the next period starts afresh.
+     */
     static int next(T t, int x, int n, int leaf, long stack, int cap) {
         if (walk) {
             n = walk(stack, cap);
         }
-        long weight = (long) t.period - x;
+        long weight = t.period;
         int p = gran + t.nextRandom(rand);
+        int left = p + x;
+        if (left <= 0) {
+            weight -= x;
+            left = p;
+        }
         t.period = p;
         record(t, stack, cap, n, leaf, weight);
-        return p;
+        return left;
     }
 
     /**
