@@ -569,7 +569,8 @@ fn sample_points_sit_every_period_however_long_the_commits() {
             ("g1e5m", "gran=100000,rand=0,maxpath=5000", 100_000),
         ] {
             let c = counters(name, opts);
-            assert!(c["samples"] > 1_000_000_000 / gran / 10, "{}: {name}: {c:?}", jdk.label());
+            // Deterministic counts some 196 M bytecodes: its sample points cover all but each thread's last period.
+            assert!(c["samples"] * gran > 190_000_000, "{}: {name}: {c:?}", jdk.label());
             assert_eq!(c["sampled_bytecodes"], c["samples"] * gran, "{}: {name}: {c:?}", jdk.label());
             // What each thread counted after its last sample point: less than one period a thread.
             assert!(c["residual_bytecodes"] < c["threads_sampled"] * gran, "{}: {name}: {c:?}", jdk.label());

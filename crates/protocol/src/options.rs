@@ -169,6 +169,8 @@ pub const AUTO_WALK_GRAN: u32 = 100_000;
 /// `maxpath=auto`: the least bound, exact mode's bound, and bytecode mode's share of the granularity.
 pub const AUTO_MAXPATH_MIN: u32 = 50;
 pub const AUTO_MAXPATH_GRAN_DIVISOR: u32 = 100;
+/// The largest `maxpath`.
+pub const MAXPATH_MAX: u32 = 65_535;
 
 impl StackMode {
     pub fn parse(s: &str) -> Option<StackMode> {
@@ -433,7 +435,8 @@ impl Options {
                 "rand" => o.rand = parse_range(key, need()?, 0, 1_000_000_000)? as u32,
                 "maxpath" => {
                     let v = need()?;
-                    o.maxpath = if v == "auto" { None } else { Some(parse_range(key, v, 0, 65535)? as u32) };
+                    o.maxpath =
+                        if v == "auto" { None } else { Some(parse_range(key, v, 0, MAXPATH_MAX as u64)? as u32) };
                 }
                 "batch" => {
                     o.wall_batch = parse_range(key, need()?, 1, 8192)? as u32;
@@ -538,13 +541,13 @@ impl Options {
 
     /// Bytecode mode's bound on a path without a check, which is also how many bytecodes a method
     /// invocation counts in its local before a check commits them to the thread's counter. `auto`: a
-    /// hundredth of the granularity (at least 50): a commit is a read-modify-write of the thread's
-    /// counter, and the bytecodes of one commit all ran in one invocation, so they are all in the
-    /// context the commit samples in, however many there are; a larger bound moves a sample by at most
-    /// that many bytecodes within its period and changes no attribution, and commits on hot loops become
-    /// rare (docs/BENCHMARKS.md: maxpath=10000 at gran=1000000).
+    /// hundredth of the granularity (at least 50). A commit is a read-modify-write of the thread's
+    /// counter; its bytecodes all ran in the invocation that commits them, so a longer bound changes no
+    /// attribution, and since a period ends where it falls rather than where a commit ends (`Bc.next`),
+    /// no sample points either beyond the order of the commits; hot loops commit rarely
+    /// (docs/bytecode.md, docs/BENCHMARKS.md).
     pub fn bytecode_maxpath(&self) -> u32 {
-        self.maxpath.unwrap_or_else(|| (self.gran / AUTO_MAXPATH_GRAN_DIVISOR).clamp(AUTO_MAXPATH_MIN, 65535))
+        self.maxpath.unwrap_or_else(|| (self.gran / AUTO_MAXPATH_GRAN_DIVISOR).clamp(AUTO_MAXPATH_MIN, MAXPATH_MAX))
     }
 
     /// Exact mode's bound on a block (it splits longer ones): its counts are per block and context, so the
