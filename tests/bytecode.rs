@@ -52,6 +52,15 @@ fn profile(jdk: &Jdk, dir: &Path, name: &str, opts: &str, jvm: &[&str], main: &s
     (run, file)
 }
 
+/// Profiles `main` (no arguments) into `dir/name.json` with `opts` (mode=bytecode added); returns the run
+/// and the profile read back.
+fn profile_json(jdk: &Jdk, dir: &Path, name: &str, opts: &str, main: &str) -> (Run, Profile) {
+    let file = dir.join(format!("{name}.json"));
+    let run = run_verified(jdk, Some(&format!("mode=bytecode,{opts},file={}", file.display())), &[], main, &[]);
+    run.assert_ok();
+    (run, read_profile(&file).unwrap())
+}
+
 /// The program's own output: stdout without the JVM's warnings.
 fn program_output(run: &Run) -> &str {
     run.stdout.as_str()
@@ -553,12 +562,7 @@ fn sample_points_sit_every_period_however_long_the_commits() {
     for_each_jdk(|jdk| {
         let dir = scratch(&format!("bc-period-{}", jdk.label()));
         let main = "kprof.harness.Deterministic";
-        let counters = |name: &str, opts: &str| {
-            let file = dir.join(format!("{name}.json"));
-            let run = run_verified(jdk, Some(&format!("mode=bytecode,{opts},file={}", file.display())), &[], main, &[]);
-            run.assert_ok();
-            read_profile(&file).unwrap().meta.counters
-        };
+        let counters = |name: &str, opts: &str| profile_json(jdk, &dir, name, opts, main).1.meta.counters;
         // A commit that ends a period stands for that period; what it brought past the end opens the next
         // one. So with rand=0 every sample weighs exactly gran, however many bytecodes each method holds
         // before it commits (maxpath=auto: 100 and 1,000 here, and 5,000 given).
@@ -607,16 +611,7 @@ fn callsite_off_merges_contexts_that_differ_only_by_callsite() {
         let dir = scratch(&format!("bc-callsite-{}", jdk.label()));
         let main = "kprof.harness.Deterministic";
         let leaf_work_nodes = |opts: &str, name: &str| {
-            let file = dir.join(format!("{name}.json"));
-            let run = run_verified(
-                jdk,
-                Some(&format!("mode=bytecode,include=kprof.harness.*,{opts},file={}", file.display())),
-                &[],
-                main,
-                &[],
-            );
-            run.assert_ok();
-            let p = read_profile(&file).unwrap();
+            let (run, p) = profile_json(jdk, &dir, name, &format!("include=kprof.harness.*,{opts}"), main);
             let mut sites: Vec<i32> = p
                 .nodes
                 .iter()
