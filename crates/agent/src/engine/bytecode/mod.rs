@@ -34,6 +34,7 @@ pub fn create(host: &'static dyn Host, options: &Options, phase: Phase) -> Resul
         return Ok(e);
     }
     let rewriting = RewritingEngine::create(host, options, phase)?;
+    walk::enable_own_walks(host);
     Ok(ENGINE.get_or_init(|| BytecodeEngine { rewriting, residual: AtomicU64::new(0) }))
 }
 
@@ -94,12 +95,19 @@ impl Engine for BytecodeEngine {
         c.insert("rand".into(), o.rand as u64);
         c.insert("maxpath".into(), o.bytecode_maxpath() as u64);
         c.insert("stack_walk".into(), o.stack_walks() as u64);
+        let (walks, by_jvmti) = walk::walks();
+        c.insert("walks".into(), walks);
+        c.insert("walks_jvmti".into(), by_jvmti);
         self.rewriting.describe_classes(meta);
     }
 
     fn summary(&self, meta: &Meta) -> String {
         let c = |k: &str| meta.counters.get(k).copied().unwrap_or(0);
-        let stack = if c("stack_walk") != 0 { "walk" } else { "reified" };
+        let stack = if c("stack_walk") != 0 {
+            format!("walk walks_jvmti={}/{}", c("walks_jvmti"), c("walks"))
+        } else {
+            "reified".to_string()
+        };
         let count = if meta.counters.contains_key("counted_on_chords") {
             format!("count=chords on_chords={} by_blocks={}", c("counted_on_chords"), c("counted_by_blocks"))
         } else {

@@ -1,19 +1,23 @@
 //! `stack=walk`: a sample's calling context from the thread's own stack instead of a reified one.
 //!
 //! Rewritten code then keeps no stack at all (no push in prologues, no depth restored at returns): when a
-//! period runs out, `Bc.walk` asks JVMTI for the current thread's Java frames (GetStackTrace on the own
-//! thread walks it in place, without a safepoint) and keeps only the frames the reified stack would have
-//! held: methods bytecode mode rewrote and that call (the method table marks them when their rewrite is
-//! kept). Frames of code left alone (`java.lang.invoke`, lambda forms, natives, reflection's glue,
-//! kprof's helpers) and of leaf methods are dropped, as the reified stack never had them, so a context
-//! does not depend on how the JDK got from one rewritten method to the next, and the profile is the one
-//! `stack=reified` gives. The innermost rewritten frame is the method that samples (named by the sample
-//! itself, as with the reified stack).
+//! period runs out, `Bc.walk` reads the current thread's Java frames, inlined ones included, with
+//! AsyncGetCallTrace from that native call (the thread walks its own stack from its last Java frame, in
+//! place: no signal, no safepoint; JVMTI GetStackTrace, which builds a frame object for each, where that
+//! gives nothing or a walk not to be trusted, see [`walk_into`]), and keeps only the frames the reified stack would have held: methods bytecode mode
+//! rewrote and that call (the method table marks them when their rewrite is kept). Frames of code left
+//! alone (`java.lang.invoke`, lambda forms, natives, reflection's glue, kprof's helpers) and of leaf
+//! methods are dropped, as the reified stack never had them, so a context does not depend on how the JDK
+//! got from one rewritten method to the next, and the profile is the one `stack=reified` gives. The
+//! innermost rewritten frame is the method that samples (named by the sample itself, as with the reified
+//! stack).
 //!
 //! What a jmethodID is to the stack is kept in a lock-free table ([`KindCache`]): the first sight of a
 //! method costs three JVMTI calls and a look-up in the method table; after that, one probe.
 
 use crate::engine::rewriting::RewritingEngine;
+use crate::engine::stack::{self, threads::CallFrame};
+use crate::engine::Host;
 use crate::guard::guard;
 use crate::jvmti::bindings::*;
 use crate::jvmti::Jni;
@@ -102,6 +106,12 @@ fn kind_of(engine: &RewritingEngine, jni: Jni, m: jmethodID) -> (u32, u8) {
     (id, kind)
 }
 
+/// A frame where a virtual thread's stack begins: the frames outside it are its carrier's, which neither
+/// JVMTI's view of the virtual thread nor its reified stack (kept in the virtual thread's own fields)
+/// has, but AsyncGetCallTrace walks on into; a walk that meets it is a virtual thread's, and is redone
+/// with JVMTI.
+const STACK_CARRIER: u8 = u8::MAX;
+
 /// The slow way: the method's class, name and descriptor, then the method table.
 fn look_up(engine: &RewritingEngine, jni: Jni, m: jmethodID) -> (u32, u8) {
     let jvmti = engine.jvmti;
@@ -112,12 +122,81 @@ fn look_up(engine: &RewritingEngine, jni: Jni, m: jmethodID) -> (u32, u8) {
     let Some(internal) = signature.strip_prefix('L').and_then(|s| s.strip_suffix(';')) else {
         return (0, STACK_NONE);
     };
+    if internal == "jdk/internal/vm/Continuation"
+        && matches!(name.as_str(), "run" | "enter" | "enter0" | "enterSpecial")
+    {
+        return (0, STACK_CARRIER);
+    }
     engine.methods.find(internal.as_bytes(), name.as_bytes(), descriptor.as_bytes()).unwrap_or((0, STACK_NONE))
 }
 
+/// Walks made, and of them those JVMTI made (AsyncGetCallTrace gave no walk or one not to be trusted).
+static WALKS: AtomicU64 = AtomicU64::new(0);
+static WALKS_JVMTI: AtomicU64 = AtomicU64::new(0);
+
+/// (walks, walks JVMTI made) since the agent started.
+pub(crate) fn walks() -> (u64, u64) {
+    (WALKS.load(Ordering::Relaxed), WALKS_JVMTI.load(Ordering::Relaxed))
+}
+
+/// Own-thread walks may use AsyncGetCallTrace ([`stack::own_stack`]): its JVMTI environment is set up.
+static OWN_WALKS: AtomicBool = AtomicBool::new(false);
+
+/// Sets up the faster walk, once, when the engine is made: AsyncGetCallTrace reads the frames from the
+/// thread's stack directly; JVMTI GetStackTrace builds a Java frame object for each (and is what a walk
+/// falls back to). Both report the same frames, inlined ones included.
+pub(crate) fn enable_own_walks(host: &dyn Host) {
+    if stack::enable_own_stack_walks(host).is_ok() {
+        OWN_WALKS.store(true, Ordering::Release);
+    }
+}
+
+/// The thread's frame buffers (one per way of walking) and the ids it keeps (innermost first).
+#[derive(Default)]
+struct Buffers {
+    frames: Vec<jvmtiFrameInfo>,
+    call_frames: Vec<CallFrame>,
+    methods: Vec<jmethodID>,
+    ids: Vec<u32>,
+    /// The outermost frame's method in the thread's last walk that JVMTI made or confirmed.
+    bottom: Option<jmethodID>,
+}
+
 thread_local! {
-    /// The thread's frame buffer and the ids it keeps (innermost first).
-    static BUFFERS: RefCell<(Vec<jvmtiFrameInfo>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
+
+/// The current thread's Java frames' methods, innermost first, into `b.methods`: AsyncGetCallTrace where
+/// `fast` and it walks, else JVMTI. None if neither did; else whether AsyncGetCallTrace did.
+fn own_frames(engine: &RewritingEngine, jni: Jni, b: &mut Buffers, fast: bool) -> Option<bool> {
+    let methods = &mut b.methods;
+    methods.clear();
+    if fast && OWN_WALKS.load(Ordering::Acquire) {
+        if b.call_frames.is_empty() {
+            b.call_frames.resize(FIRST_FRAMES, CallFrame { lineno: 0, method_id: std::ptr::null_mut() });
+        }
+        // None: AsyncGetCallTrace gave no frames; JVMTI below tries.
+        while let Some(n) = stack::own_stack(jni, &mut b.call_frames) {
+            if n < b.call_frames.len() || b.call_frames.len() >= MAX_FRAMES {
+                methods.extend(b.call_frames[..n].iter().map(|f| f.method_id as jmethodID));
+                return Some(true);
+            }
+            let more = b.call_frames.len() * 2;
+            b.call_frames.resize(more, CallFrame { lineno: 0, method_id: std::ptr::null_mut() });
+        }
+    }
+    if b.frames.is_empty() {
+        b.frames.resize(FIRST_FRAMES, jvmtiFrameInfo::default());
+    }
+    loop {
+        let n = engine.jvmti.own_stack_trace(&mut b.frames).ok()?;
+        if n < b.frames.len() || b.frames.len() >= MAX_FRAMES {
+            methods.extend(b.frames[..n].iter().map(|f| f.method));
+            return Some(false);
+        }
+        let more = b.frames.len() * 2;
+        b.frames.resize(more, jvmtiFrameInfo::default());
+    }
 }
 
 /// Writes the calling context of the current thread's innermost rewritten frame (the method sampling) into
@@ -126,31 +205,54 @@ thread_local! {
 fn walk_into(engine: &RewritingEngine, jni: Jni, stack: *mut u32, cap: usize) -> usize {
     BUFFERS.with(|b| {
         let Ok(mut b) = b.try_borrow_mut() else { return 0 };
-        let (frames, ids) = &mut *b;
-        if frames.is_empty() {
-            frames.resize(FIRST_FRAMES, jvmtiFrameInfo::default());
-        }
-        let n = loop {
-            let Ok(n) = engine.jvmti.own_stack_trace(frames) else { return 0 };
-            if n < frames.len() || frames.len() >= MAX_FRAMES {
-                break n;
-            }
-            let more = frames.len() * 2;
-            frames.resize(more, jvmtiFrameInfo::default());
-        };
-        ids.clear();
-        let mut sampler_seen = false;
-        for f in &frames[..n] {
-            let (id, kind) = kind_of(engine, jni, f.method);
-            if kind == STACK_NONE {
+        let mut fast = true;
+        loop {
+            let Some(by_asgct) = own_frames(engine, jni, &mut b, fast) else { return 0 };
+            let Buffers { methods, ids, bottom, .. } = &mut *b;
+            // AsyncGetCallTrace may end a walk early without saying so (a frame whose sender it does not
+            // trust: Java code the VM called from a runtime stub, as when compiled code throws an
+            // exception the VM makes), which JVMTI walks through. A walk that does not end where the
+            // thread's last trusted one ended is made again by JVMTI, whose end is then trusted.
+            let outermost = methods.last().copied();
+            if by_asgct && outermost != *bottom {
+                fast = false;
                 continue;
             }
-            if !sampler_seen {
-                sampler_seen = true;
-            } else if kind == STACK_PUSHED {
-                ids.push(id);
+            *bottom = outermost;
+            ids.clear();
+            let mut sampler_seen = false;
+            let mut carrier = false;
+            for &m in methods.iter() {
+                if m.is_null() {
+                    continue;
+                }
+                let (id, kind) = kind_of(engine, jni, m);
+                if kind == STACK_CARRIER {
+                    carrier = true;
+                    break;
+                }
+                if kind == STACK_NONE {
+                    continue;
+                }
+                if !sampler_seen {
+                    sampler_seen = true;
+                } else if kind == STACK_PUSHED {
+                    ids.push(id);
+                }
             }
+            // A virtual thread: AsyncGetCallTrace sees only the frames thawed onto its carrier's stack
+            // (the others wait in the continuation's stack chunk), JVMTI sees them all.
+            if carrier && by_asgct {
+                fast = false;
+                continue;
+            }
+            WALKS.fetch_add(1, Ordering::Relaxed);
+            if !by_asgct {
+                WALKS_JVMTI.fetch_add(1, Ordering::Relaxed);
+            }
+            break;
         }
+        let ids = &b.ids;
         let depth = ids.len();
         for (i, &id) in ids.iter().rev().take(cap).enumerate() {
             // SAFETY: `stack` is the thread's block's stack of `cap` entries (`Bc.walk`'s contract), and

@@ -13,7 +13,7 @@ use crate::cct::{Cct, NodeId};
 use crate::engine::Host;
 use crate::frame::{FrameId, Pseudo};
 use crate::jvmti::bindings::*;
-use crate::jvmti::Jvmti;
+use crate::jvmti::{Jni, Jvmti};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 use threads::{CallFrame, Entered, PathEntry};
@@ -73,32 +73,73 @@ pub fn check_asgct() -> Result<(), String> {
     find_asgct().map(|_| ()).ok_or_else(|| "AsyncGetCallTrace not found in this JVM".to_string())
 }
 
-/// Sets up, once, the JVMTI environment AsyncGetCallTrace needs: ClassLoad events (it refuses to walk
-/// stacks without them) and CompiledMethodLoad, which makes HotSpot keep debug information at
-/// non-safepoint PCs (DebugNonSafepoints), so compiled and inlined frames are attributed precisely.
+/// Sets up the JVMTI environment AsyncGetCallTrace needs for walks from a signal: ClassLoad events (it
+/// refuses to walk stacks without them) and CompiledMethodLoad, which makes HotSpot keep debug information
+/// at non-safepoint PCs (DebugNonSafepoints), so that compiled and inlined frames interrupted anywhere are
+/// attributed precisely.
 pub fn enable_stack_walks(host: &dyn Host) -> Result<(), String> {
-    static ENV: OnceLock<Jvmti> = OnceLock::new();
-    if ENV.get().is_some() {
-        return Ok(());
-    }
-    let env = host.vm().jvmti(JVMTI_VERSION_1_2).ok_or("no JVMTI environment")?;
-    let potential = env.potential_capabilities().map_err(|e| format!("GetPotentialCapabilities: {e}"))?;
-    let mut caps = jvmtiCapabilities::default();
-    if potential.can_generate_compiled_method_load_events() != 0 {
-        caps.set_can_generate_compiled_method_load_events(1);
-    }
-    env.add_capabilities(&caps).map_err(|e| format!("AddCapabilities: {e}"))?;
-    let callbacks = jvmtiEventCallbacks {
-        ClassLoad: Some(on_class_load),
-        CompiledMethodLoad: Some(on_compiled_method_load),
-        ..Default::default()
+    enable_walks(host, true)
+}
+
+/// The same for walks of a thread's own stack from a native call ([`own_stack`]): ClassLoad events only.
+/// Its frames stop at calls, where compiled code always has debug information, so it needs no
+/// DebugNonSafepoints, which costs the JIT time and code on every method it compiles.
+pub fn enable_own_stack_walks(host: &dyn Host) -> Result<(), String> {
+    enable_walks(host, false)
+}
+
+/// The walks' JVMTI environment, once made, and whether it has turned CompiledMethodLoad on.
+static WALK_ENV: std::sync::Mutex<Option<(Jvmti, bool)>> = std::sync::Mutex::new(None);
+
+fn enable_walks(host: &dyn Host, non_safepoint_debug: bool) -> Result<(), String> {
+    let mut walk_env = WALK_ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let (env, on) = match &mut *walk_env {
+        Some((env, on)) => (*env, on),
+        None => {
+            let env = host.vm().jvmti(JVMTI_VERSION_1_2).ok_or("no JVMTI environment")?;
+            let callbacks = jvmtiEventCallbacks {
+                ClassLoad: Some(on_class_load),
+                CompiledMethodLoad: Some(on_compiled_method_load),
+                ..Default::default()
+            };
+            env.set_event_callbacks(&callbacks).map_err(|e| format!("SetEventCallbacks: {e}"))?;
+            env.set_event(JVMTI_EVENT_CLASS_LOAD, true).map_err(|e| format!("enabling ClassLoad: {e}"))?;
+            let (_, on) = walk_env.insert((env, false));
+            (env, on)
+        }
     };
-    env.set_event_callbacks(&callbacks).map_err(|e| format!("SetEventCallbacks: {e}"))?;
-    env.set_event(JVMTI_EVENT_CLASS_LOAD, true).map_err(|e| format!("enabling ClassLoad: {e}"))?;
-    // Fails without its capability; nothing else depends on it.
-    let _ = env.set_event(JVMTI_EVENT_COMPILED_METHOD_LOAD, true);
-    let _ = ENV.set(env);
+    if non_safepoint_debug && !*on {
+        let potential = env.potential_capabilities().map_err(|e| format!("GetPotentialCapabilities: {e}"))?;
+        if potential.can_generate_compiled_method_load_events() != 0 {
+            let mut caps = jvmtiCapabilities::default();
+            caps.set_can_generate_compiled_method_load_events(1);
+            env.add_capabilities(&caps).map_err(|e| format!("AddCapabilities: {e}"))?;
+            // Fails without its capability; nothing else depends on it.
+            let _ = env.set_event(JVMTI_EVENT_COMPILED_METHOD_LOAD, true);
+        }
+        *on = true;
+    }
     Ok(())
+}
+
+/// AsyncGetCallTrace of the calling thread, from a native method it called (its state is `in native`, its
+/// last Java frame set, so the walk starts there and needs no signal context): fills `frames` innermost
+/// first and returns how many, or None where the walk gave none (the caller then walks another way).
+/// Needs [`enable_own_stack_walks`] first.
+pub fn own_stack(jni: Jni, frames: &mut [CallFrame]) -> Option<usize> {
+    static ASGCT: OnceLock<Option<AsgctFn>> = OnceLock::new();
+    let asgct = (*ASGCT.get_or_init(find_asgct))?;
+    if frames.is_empty() {
+        return None;
+    }
+    let depth = frames.len().min(i32::MAX as usize) as i32;
+    let mut trace = CallTrace { env: jni.raw() as *mut c_void, num_frames: 0, frames: frames.as_mut_ptr() };
+    // SAFETY: `jni` is the calling thread's JNIEnv (a `Jni` is only made from one), `trace.frames` a
+    // buffer of `depth` frames it owns for the call. With a null context AsyncGetCallTrace walks from the
+    // thread's last Java frame, which a thread in a native method has set; on any other thread it gives
+    // an error code, not a walk.
+    unsafe { asgct(&mut trace, depth, std::ptr::null_mut()) };
+    (trace.num_frames > 0).then_some(trace.num_frames as usize)
 }
 
 unsafe extern "C" fn on_class_load(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, _thread: jthread, _klass: jclass) {}
