@@ -4,13 +4,13 @@
 //! period runs out, `Bc.walk` reads the current thread's Java frames, inlined ones included, with
 //! AsyncGetCallTrace from that native call (the thread walks its own stack from its last Java frame, in
 //! place: no signal, no safepoint; JVMTI GetStackTrace, which builds a frame object for each, where that
-//! gives nothing or a walk not to be trusted, see [`walk_into`]), and keeps only the frames the reified stack would have held: methods bytecode mode
-//! rewrote and that call (the method table marks them when their rewrite is kept). Frames of code left
-//! alone (`java.lang.invoke`, lambda forms, natives, reflection's glue, kprof's helpers) and of leaf
-//! methods are dropped, as the reified stack never had them, so a context does not depend on how the JDK
-//! got from one rewritten method to the next, and the profile is the one `stack=reified` gives. The
-//! innermost rewritten frame is the method that samples (named by the sample itself, as with the reified
-//! stack).
+//! gives nothing or a walk not to be trusted: [`walk_into`]), and keeps only the frames the reified stack
+//! would have held: methods bytecode mode rewrote and that call (the method table marks them when their
+//! rewrite is kept). Frames of code left alone (`java.lang.invoke`, lambda forms, natives, reflection's
+//! glue, kprof's helpers) and of leaf methods are dropped, as the reified stack never had them, so a
+//! context does not depend on how the JDK got from one rewritten method to the next, and the profile is
+//! the one `stack=reified` gives. The innermost rewritten frame is the method that samples (named by the
+//! sample itself, as with the reified stack).
 //!
 //! What a jmethodID is to the stack is kept in a lock-free table ([`KindCache`]): the first sight of a
 //! method costs three JVMTI calls and a look-up in the method table; after that, one probe.
@@ -166,37 +166,36 @@ thread_local! {
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
 }
 
+/// Runs `walk` on `buffer`, doubling it (up to [`MAX_FRAMES`]) while a walk fills it: the frames it
+/// wrote, or None where it gave none.
+fn walk_all<T: Clone>(buffer: &mut Vec<T>, blank: T, mut walk: impl FnMut(&mut [T]) -> Option<usize>) -> Option<usize> {
+    if buffer.is_empty() {
+        buffer.resize(FIRST_FRAMES, blank.clone());
+    }
+    loop {
+        let n = walk(buffer)?;
+        if n < buffer.len() || buffer.len() >= MAX_FRAMES {
+            return Some(n);
+        }
+        let more = buffer.len() * 2;
+        buffer.resize(more, blank.clone());
+    }
+}
+
 /// The current thread's Java frames' methods, innermost first, into `b.methods`: AsyncGetCallTrace where
 /// `fast` and it walks, else JVMTI. None if neither did; else whether AsyncGetCallTrace did.
 fn own_frames(engine: &RewritingEngine, jni: Jni, b: &mut Buffers, fast: bool) -> Option<bool> {
-    let methods = &mut b.methods;
-    methods.clear();
+    b.methods.clear();
     if fast && OWN_WALKS.load(Ordering::Acquire) {
-        if b.call_frames.is_empty() {
-            b.call_frames.resize(FIRST_FRAMES, CallFrame { lineno: 0, method_id: std::ptr::null_mut() });
-        }
-        // None: AsyncGetCallTrace gave no frames; JVMTI below tries.
-        while let Some(n) = stack::own_stack(jni, &mut b.call_frames) {
-            if n < b.call_frames.len() || b.call_frames.len() >= MAX_FRAMES {
-                methods.extend(b.call_frames[..n].iter().map(|f| f.method_id as jmethodID));
-                return Some(true);
-            }
-            let more = b.call_frames.len() * 2;
-            b.call_frames.resize(more, CallFrame { lineno: 0, method_id: std::ptr::null_mut() });
+        let blank = CallFrame { lineno: 0, method_id: std::ptr::null_mut() };
+        if let Some(n) = walk_all(&mut b.call_frames, blank, |frames| stack::own_stack(jni, frames)) {
+            b.methods.extend(b.call_frames[..n].iter().map(|f| f.method_id as jmethodID));
+            return Some(true);
         }
     }
-    if b.frames.is_empty() {
-        b.frames.resize(FIRST_FRAMES, jvmtiFrameInfo::default());
-    }
-    loop {
-        let n = engine.jvmti.own_stack_trace(&mut b.frames).ok()?;
-        if n < b.frames.len() || b.frames.len() >= MAX_FRAMES {
-            methods.extend(b.frames[..n].iter().map(|f| f.method));
-            return Some(false);
-        }
-        let more = b.frames.len() * 2;
-        b.frames.resize(more, jvmtiFrameInfo::default());
-    }
+    let n = walk_all(&mut b.frames, jvmtiFrameInfo::default(), |frames| engine.jvmti.own_stack_trace(frames).ok())?;
+    b.methods.extend(b.frames[..n].iter().map(|f| f.method));
+    Some(false)
 }
 
 /// Writes the calling context of the current thread's innermost rewritten frame (the method sampling) into
