@@ -101,6 +101,10 @@ fn byte_shares_of_three_methods_match_what_they_allocated_and_the_class_is_the_l
                 assert_eq!(profile.value(i as u32, Metric::AllocBytes), 0, "{name} is not a class label");
             }
         }
+        // Stacks are whole: they reach down to main.
+        let main = format!("{SPLIT}.main(java.lang.String[])void");
+        let under_main = sum_where(&ctx, 1, |s| s.contains(&main)) as f64;
+        assert!(under_main >= 0.98 * total_bytes, "{}: {under_main} of {total_bytes} bytes under main", jdk.label());
         let estimated = numbers(&summary, "bytes");
         assert!(
             (estimated / measured - 1.0).abs() <= 0.06,

@@ -682,6 +682,7 @@ fn bad_option_values_stop_the_jvm_with_one_line() {
         ("rand=-1", "kprof: bad option 'rand=-1': accepted: 0..1000000000"),
         ("maxpath=70000", "kprof: bad option 'maxpath=70000': accepted: auto | 0..65535 (0 = no limit)"),
         ("callsite=maybe", "kprof: bad option 'callsite=maybe': accepted: on | off"),
+        ("checks=some", "kprof: bad option 'checks=some': accepted: calls | loops"),
         ("include=", "kprof: bad option 'include=': accepted: class pattern"),
         ("exclude", "kprof: bad option 'exclude=': accepted: class pattern"),
     ] {
@@ -961,6 +962,51 @@ fn chord_counting_gives_the_profiles_of_block_counting_with_fewer_updates() {
                 updates(&sc),
                 updates(&sb)
             );
+        }
+    });
+}
+
+/// checks=loops leaves out the granularity checks before calls (Komorium's places) and keeps those at
+/// loop headers and on long paths: fewer checks, the same total of bytecodes, a profile that is the same
+/// run after run and close to the one with checks at calls (the commits come in another order, each still
+/// holding one invocation's bytecodes), every rewritten class verified, with either stack.
+#[test]
+fn checks_at_loops_only_count_the_same_with_fewer_checks() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-loopchecks-{}", jdk.label()));
+        let program = "kprof.harness.Deterministic";
+        for stack in ["reified", "walk"] {
+            let label = format!("{}: stack={stack}", jdk.label());
+            let mut runs = Vec::new();
+            for (i, checks) in ["calls", "loops", "loops"].into_iter().enumerate() {
+                let opts = format!("gran=1000,stack={stack},checks={checks}");
+                let (run, file) = profile(jdk, &dir, &format!("{stack}-{checks}-{i}"), &opts, &[], program, &[]);
+                assert_eq!(run.summary()["checks"], checks, "{label}");
+                runs.push((run, file));
+            }
+            let ((calls, fc), (loops, fl), (again, fa)) = (&runs[0], &runs[1], &runs[2]);
+            assert_eq!(program_output(calls), program_output(loops), "{label}");
+            assert!(
+                std::fs::read(fl).unwrap() == std::fs::read(fa).unwrap(),
+                "{label}: checks=loops differs between runs"
+            );
+            assert_eq!(loops.summary()["bytecodes"], again.summary()["bytecodes"], "{label}");
+            assert_eq!(calls.summary()["bytecodes"], loops.summary()["bytecodes"], "{label}: totals differ");
+            let placed = |r: &Run| r.summary()["checks_placed"].parse::<u64>().unwrap();
+            assert!(
+                (placed(loops) as f64) < 0.9 * placed(calls) as f64,
+                "{label}: {} checks at loops only against {} with calls",
+                placed(loops),
+                placed(calls)
+            );
+            let all = CompareOptions { callsites: false, top: 0, only: Vec::new() };
+            let (a, b) = (read_profile(fc).unwrap(), read_profile(fl).unwrap());
+            let samples = |p: &Profile| p.resolve_metric(Metric::Samples).unwrap();
+            let overlap = compare_with(&a, samples(&a), &b, samples(&b), &all).overlap_percent;
+            // Two samplings of the same run (196,000 samples each), not one: their overlap is what the
+            // sampling's spread leaves, some 2 % apart.
+            assert!(overlap > 96.0, "{label}: overlap {overlap:.2} % between checks=calls and checks=loops");
+            eprintln!("{label}: checks {} -> {}, overlap {overlap:.2} %", placed(calls), placed(loops));
         }
     });
 }

@@ -10,9 +10,9 @@
 #![no_main]
 
 use kprof_classfile::edit::EditLimits;
-use kprof_classfile::ClassFile;
-use kprof_classfile::transform::flow::Flow;
+use kprof_classfile::transform::flow::{CheckPlaces, Flow};
 use kprof_classfile::transform::{Mode, RewriteStats, Rewriter, SkipPolicy};
+use kprof_classfile::ClassFile;
 use libfuzzer_sys::fuzz_target;
 
 struct Input<'a> {
@@ -102,7 +102,9 @@ fuzz_target!(|input: &[u8]| {
     let max_path = [50, 0, 1, 7][(flags >> 1) as usize % 4];
     if let Ok(Some(code)) = parsed.method_code(0) {
         let mut flow = Flow::default();
-        let _ = flow.analyse(&code, max_path);
+        for places in [CheckPlaces::CallsAndLoops, CheckPlaces::Loops] {
+            let _ = flow.analyse(&code, max_path, places);
+        }
     }
     let budget = if flags & 8 != 0 { 65535 } else { 8000 };
     for mode in [Mode::Bytecode, Mode::Exact, Mode::Probe] {

@@ -60,6 +60,9 @@ pub struct Options {
     /// bytecode: counter updates on the chords of a spanning tree of each method's flow graph (`count=chords`)
     /// instead of one per basic block (`count=blocks`); the profiles are the same.
     pub chords: bool,
+    /// bytecode: granularity checks at Komorium's places, calls included (`checks=calls`), or only at
+    /// loop headers and long paths (`checks=loops`).
+    pub loop_checks_only: bool,
     /// exact: count every basic block per calling context.
     pub bb: bool,
     /// alloc: the mean number of bytes allocated between two samples of a thread.
@@ -138,6 +141,7 @@ impl Default for Options {
             callsite: true,
             stack: StackMode::Auto,
             chords: false,
+            loop_checks_only: false,
             bb: false,
             alloc_bytes: 512 * 1024,
             live: false,
@@ -268,6 +272,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "blocks | chords",
         "blocks",
         "bytecode: one counter update per basic block, or updates on the chords of a spanning tree (same profile)",
+    ),
+    (
+        "checks",
+        "calls | loops",
+        "calls",
+        "bytecode: granularity checks before calls, at loop headers and on long paths, or not before calls",
     ),
     ("bb", "on | off", "off", "exact: also count every basic block in every calling context"),
     ("alloc", "size 1..1g (bytes, or with k, m, g)", "512k", "alloc: mean bytes allocated between two samples"),
@@ -428,6 +438,13 @@ impl Options {
                     o.chords = match need()? {
                         "blocks" => false,
                         "chords" => true,
+                        v => return Err(bad(key, v)),
+                    }
+                }
+                "checks" => {
+                    o.loop_checks_only = match need()? {
+                        "calls" => false,
+                        "loops" => true,
                         v => return Err(bad(key, v)),
                     }
                 }

@@ -70,6 +70,7 @@ fn every_kind_of_bad_option_gives_one_line_naming_it() {
         ("stack=deep", "'stack=deep'"),
         ("count=paths", "'count=paths'"),
         ("count=", "'count='"),
+        ("checks=calls2", "'checks=calls2'"),
         ("stack=", "'stack='"),
         ("mode=bytecode,stack=walk,callsite=on", "'stack=walk'"),
         ("include=", "'include='"),

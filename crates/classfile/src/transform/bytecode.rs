@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::chords::Chords;
-use super::flow::{bracket_calls, bracket_calls_where, Flow};
+use super::flow::{bracket_calls, bracket_calls_where, CheckPlaces, Flow};
 use super::methods::MethodTable;
 use super::policy;
 use super::{MethodInput, MethodTransform, RewriteStats};
@@ -48,6 +48,10 @@ pub struct BytecodeConfig {
     /// Increments on the chords of a spanning tree of the flow graph instead of one per block
     /// ([`super::chords`]); the counts read at checks and exits, and so the profiles, are the same.
     pub chords: bool,
+    /// Where granularity checks go: Komorium's places (calls too), or loop headers and long paths only
+    /// (`checks=loops`: fewer checks, and so fewer sample calls in compiled code; every commit still holds
+    /// one invocation's bytecodes).
+    pub check_places: CheckPlaces,
 }
 
 impl Default for BytecodeConfig {
@@ -59,6 +63,7 @@ impl Default for BytecodeConfig {
             thread_fields: true,
             reified_stack: true,
             chords: false,
+            check_places: CheckPlaces::CallsAndLoops,
         }
     }
 }
@@ -101,8 +106,8 @@ pub struct BytecodeTransform {
     /// table once the rewriter has kept the edit).
     pending: Option<(u32, bool)>,
     /// The method being edited: counted on chords (`Some(true)`), by blocks though chords were asked for
-    /// (`Some(false)`), and its counter updates.
-    pending_count: (Option<bool>, u64),
+    /// (`Some(false)`), its counter updates and its granularity checks.
+    pending_count: (Option<bool>, u64, u64),
 }
 
 impl BytecodeTransform {
@@ -118,7 +123,7 @@ impl BytecodeTransform {
             split: Vec::new(),
             snippet: Snippet::new(),
             pending: None,
-            pending_count: (None, 0),
+            pending_count: (None, 0, 0),
         }
     }
 
@@ -204,13 +209,14 @@ impl MethodTransform for BytecodeTransform {
         if let Some((id, pushed)) = self.pending.take() {
             self.methods.mark_rewritten(id, pushed);
         }
-        let (chords, updates) = std::mem::take(&mut self.pending_count);
+        let (chords, updates, checks) = std::mem::take(&mut self.pending_count);
         match chords {
             Some(true) => stats.counted_on_chords += 1,
             Some(false) => stats.counted_by_blocks += 1,
             None => {}
         }
         stats.counter_updates += updates;
+        stats.granularity_checks += checks;
     }
 
     fn edit_method(
@@ -220,12 +226,12 @@ impl MethodTransform for BytecodeTransform {
         cp: &mut ConstantPool<'_>,
     ) -> Result<(), EditError> {
         self.pending = None;
-        self.pending_count = (None, 0);
+        self.pending_count = (None, 0, 0);
         if self.wrappers.iter().any(|(n, d)| n == m.name && d == m.descriptor) {
             return Ok(());
         }
         let max_path = self.config.max_path;
-        self.flow.analyse(m.code, max_path)?;
+        self.flow.analyse(m.code, max_path, self.config.check_places)?;
         let refs = self.refs(cp)?;
         let id = self.methods.id(m.class_name, m.name, m.descriptor) as i32;
         let leaf = self.config.leaf_optimization && !self.flow.info.iter().any(|b| b.calls);
@@ -276,7 +282,8 @@ impl MethodTransform for BytecodeTransform {
         self.split.clear();
         for (b, info) in self.flow.blocks.iter().zip(&self.flow.info) {
             let over = max_path != 0 && info.entering.saturating_add(b.insns) > max_path;
-            let needed = info.calls || info.loop_header || (info.check && (!info.terminates || over));
+            let at_calls = info.calls && self.config.check_places == CheckPlaces::CallsAndLoops;
+            let needed = at_calls || info.loop_header || (info.check && (!info.terminates || over));
             let never_commits = max_path != 0 && info.from_entry.saturating_add(b.insns) < max_path;
             self.split.push(needed && !never_commits);
         }
@@ -385,6 +392,7 @@ impl MethodTransform for BytecodeTransform {
             }
         }
         self.pending_count.1 = updates.get();
+        self.pending_count.2 = self.split.iter().filter(|&&c| c).count() as u64;
         if muted {
             // A throw leaves through a handler that unmutes once (the method's own handlers catch first).
             s.clear();

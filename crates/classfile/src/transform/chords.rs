@@ -24,6 +24,8 @@ use crate::code::Instructions;
 use crate::opcodes::*;
 use crate::Error;
 
+#[cfg(test)]
+use super::flow::CheckPlaces;
 use super::flow::Flow;
 
 /// The vertex every check, return and throw reads at (potential 0).
@@ -305,7 +307,7 @@ mod tests {
     /// The flow of `c` and the increments placed with no block split (no checks at block starts).
     fn placed(c: &Code<'_>, blocks: usize) -> (Flow, Chords, Vec<bool>) {
         let mut flow = Flow::default();
-        flow.analyse(c, 50).unwrap();
+        flow.analyse(c, 50, CheckPlaces::CallsAndLoops).unwrap();
         assert_eq!(flow.blocks.len(), blocks);
         let split = vec![false; blocks];
         let mut chords = Chords::default();
@@ -382,7 +384,7 @@ mod tests {
             RETURN,
         ]);
         let mut flow = Flow::default();
-        flow.analyse(&c, 50).unwrap();
+        flow.analyse(&c, 50, CheckPlaces::CallsAndLoops).unwrap();
         let split: Vec<bool> = flow.info.iter().map(|i| i.loop_header).collect();
         assert_eq!(split, [false, true, false, false, false, false]);
         let mut chords = Chords::default();
@@ -426,7 +428,7 @@ mod tests {
             &[0, 0, 0, 13, 0, 13, 0, 0],
         );
         let mut flow = Flow::default();
-        flow.analyse(&c, 50).unwrap();
+        flow.analyse(&c, 50, CheckPlaces::CallsAndLoops).unwrap();
         let mut chords = Chords::default();
         assert!(!chords.place(&flow, c.code, &[false; 4]).unwrap());
     }

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use super::flow::Flow;
+use super::flow::{CheckPlaces, Flow};
 use super::methods::{BlockSpan, MethodBlocks, MethodTable};
 use super::{MethodInput, MethodTransform};
 use crate::blocks::DEFAULT_MAX_PATH;
@@ -208,7 +208,7 @@ impl MethodTransform for ExactTransform {
         if self.wrappers.iter().any(|(n, d)| n == m.name && d == m.descriptor) {
             return self.edit_wrapper(m, editor, cp);
         }
-        self.flow.analyse(m.code, self.config.max_path)?;
+        self.flow.analyse(m.code, self.config.max_path, CheckPlaces::CallsAndLoops)?;
         let (mut monitors, mut switches) = (false, 0);
         for insn in Instructions::new(m.code.code).flatten() {
             monitors |= insn.opcode == MONITORENTER;

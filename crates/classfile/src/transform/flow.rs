@@ -9,6 +9,20 @@ use crate::edit::{CodeEditor, EditError};
 use crate::opcodes::*;
 use crate::{Code, ConstantPool, Error, Snippet};
 
+/// Where granularity checks go besides loop headers, returns and throws, and where a path would run past
+/// MaxPath unchecked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CheckPlaces {
+    /// Komorium's places (section 5.2): also at the start of every block that calls.
+    #[default]
+    CallsAndLoops,
+    /// Not at calls: an invocation's count waits across its calls for a loop header, a long path or its
+    /// exit. Every commit still holds bytecodes of one invocation only, so samples stay in context; what an
+    /// exception unwinding the invocation through a call loses is bounded by twice MaxPath (less than
+    /// MaxPath left at the last check, at most MaxPath since), where a check at the call bounds it by MaxPath.
+    Loops,
+}
+
 /// What the analysis found about one block.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct BlockInfo {
@@ -65,9 +79,9 @@ struct CoveredBlocks {
 
 impl Flow {
     /// Finds the blocks of `code` (Komorium's rule: calls do not end blocks; blocks longer than `max_path`
-    /// are split) and analyses them. Checks are placed at Komorium's places, then where a forward path would
-    /// run past `max_path` bytecodes unchecked (0: no limit).
-    pub fn analyse(&mut self, code: &Code<'_>, max_path: u32) -> Result<(), Error> {
+    /// are split) and analyses them. Checks are placed at `places`, then where a forward path would run past
+    /// `max_path` bytecodes unchecked (0: no limit).
+    pub fn analyse(&mut self, code: &Code<'_>, max_path: u32, places: CheckPlaces) -> Result<(), Error> {
         basic_blocks_into(code, BlockRule::Komorium, max_path, &mut self.marks, &mut self.blocks)?;
         let bytes = code.code;
         let n = self.blocks.len();
@@ -172,7 +186,8 @@ impl Flow {
                 r += 1;
             }
             let info = &mut self.info[i];
-            info.check = info.calls || info.terminates || info.loop_header;
+            let at_calls = places == CheckPlaces::CallsAndLoops;
+            info.check = (info.calls && at_calls) || info.terminates || info.loop_header;
             info.entering = entering;
             info.from_entry = from_entry;
             let insns = self.blocks[i].insns;
@@ -387,11 +402,26 @@ mod tests {
     use super::*;
     use crate::class::Attribute;
 
+    const PLACES: [CheckPlaces; 2] = [CheckPlaces::CallsAndLoops, CheckPlaces::Loops];
+
+    /// A method body of `bytes` with no exception table.
+    fn code_of(bytes: &[u8]) -> Code<'_> {
+        Code {
+            attr: Attribute { name_index: 0, offset: 0, info: &[] },
+            max_stack: 2,
+            max_locals: 1,
+            code: bytes,
+            exception_table: &[],
+            attributes: Vec::new(),
+            narrow: false,
+        }
+    }
+
     /// The analysis as first written: one edge per (exception entry, covered block), sorted and
     /// deduplicated, and predecessor lists. Quadratic in the table, exact by construction: the reference.
-    fn reference(code: &Code<'_>, max_path: u32) -> (Vec<Block>, Vec<BlockInfo>) {
+    fn reference(code: &Code<'_>, max_path: u32, places: CheckPlaces) -> (Vec<Block>, Vec<BlockInfo>) {
         let mut f = Flow::default();
-        f.analyse(code, max_path).unwrap();
+        f.analyse(code, max_path, places).unwrap();
         let (blocks, mut info) = (f.blocks, f.info);
         let n = blocks.len();
         let bytes = code.code;
@@ -463,7 +493,7 @@ mod tests {
         let mut from_entry = vec![0u32; n];
         for i in 0..n {
             let inf = &mut info[i];
-            inf.check = inf.calls || inf.terminates || inf.loop_header;
+            inf.check = (inf.calls && places == CheckPlaces::CallsAndLoops) || inf.terminates || inf.loop_header;
             let entering = preds[i].iter().map(|&p| run[p as usize]).max().unwrap_or(0);
             inf.entering = entering;
             from_entry[i] = if inf.loop_header || inf.handler {
@@ -560,12 +590,12 @@ mod tests {
                 attributes: Vec::new(),
                 narrow: false,
             };
-            for max_path in [0, 3, 50] {
-                let (blocks, want) = reference(&c, max_path);
+            for (max_path, places) in [0, 3, 50].into_iter().flat_map(|m| PLACES.map(|p| (m, p))) {
+                let (blocks, want) = reference(&c, max_path, places);
                 let mut f = Flow::default();
-                f.analyse(&c, max_path).unwrap();
+                f.analyse(&c, max_path, places).unwrap();
                 assert_eq!(f.blocks, blocks, "round {round}");
-                assert_eq!(format!("{:?}", f.info), format!("{want:?}"), "round {round} max_path {max_path}");
+                assert_eq!(format!("{:?}", f.info), format!("{want:?}"), "round {round} {max_path} {places:?}");
             }
         }
     }
@@ -576,25 +606,35 @@ mod tests {
     fn counts_from_the_entry_are_bounded_only_before_loops() {
         // 0 iload_0; 1 ifeq +6 (7); 4 nop; 5 nop; 6 nop; 7 invokestatic #1; 10 return
         let bytes = [ILOAD_0, IFEQ, 0, 6, NOP, NOP, NOP, INVOKESTATIC, 0, 1, RETURN];
-        let c = Code {
-            attr: Attribute { name_index: 0, offset: 0, info: &[] },
-            max_stack: 2,
-            max_locals: 1,
-            code: &bytes,
-            exception_table: &[],
-            attributes: Vec::new(),
-            narrow: false,
-        };
+        let c = code_of(&bytes);
         let mut f = Flow::default();
-        f.analyse(&c, 50).unwrap();
+        f.analyse(&c, 50, CheckPlaces::CallsAndLoops).unwrap();
         let from: Vec<u32> = f.info.iter().map(|i| i.from_entry).collect();
         // Blocks: [0,4) 2 insns, [4,7) 3 insns, [7,11) 2 insns: the longest way into the last is 2 + 3.
         assert_eq!(from, [0, 2, 5]);
         // A loop back to the call block: it and what follows it are unbounded.
         let looping = [ILOAD_0, IFEQ, 0, 6, NOP, NOP, NOP, INVOKESTATIC, 0, 1, GOTO, 0xff, 0xfd, RETURN];
         let c = Code { code: &looping, ..c };
-        f.analyse(&c, 50).unwrap();
+        f.analyse(&c, 50, CheckPlaces::CallsAndLoops).unwrap();
         let from: Vec<u32> = f.info.iter().map(|i| i.from_entry).collect();
         assert_eq!(from, [0, 2, u32::MAX, u32::MAX]);
+    }
+
+    /// Without checks at calls, a call block in a loop body checks only where the path since the loop
+    /// header's check would pass MaxPath; the header and the return keep theirs.
+    #[test]
+    fn checks_at_loops_only_leave_call_blocks_to_the_path_bound() {
+        // 0 iload_0; 1 ifeq +12 (13); 4 invokestatic #1; 7 iinc 0 -1; 10 goto -10 (0); 13 return
+        let bytes = [ILOAD_0, IFEQ, 0, 12, INVOKESTATIC, 0, 1, IINC, 0, 0xff, GOTO, 0xff, 0xf6, RETURN];
+        let c = code_of(&bytes);
+        let mut f = Flow::default();
+        let checks = |f: &Flow| f.info.iter().map(|i| (i.calls, i.loop_header, i.check)).collect::<Vec<_>>();
+        f.analyse(&c, 50, CheckPlaces::CallsAndLoops).unwrap();
+        assert_eq!(checks(&f), [(false, true, true), (true, false, true), (false, false, true)]);
+        f.analyse(&c, 50, CheckPlaces::Loops).unwrap();
+        assert_eq!(checks(&f), [(false, true, true), (true, false, false), (false, false, true)]);
+        // A bound shorter than header and body together brings the check back.
+        f.analyse(&c, 3, CheckPlaces::Loops).unwrap();
+        assert_eq!(checks(&f), [(false, true, true), (true, false, true), (false, false, true)]);
     }
 }

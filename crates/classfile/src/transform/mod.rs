@@ -189,6 +189,8 @@ pub struct RewriteStats {
     pub counted_by_blocks: u64,
     /// Counter updates the rewritten methods hold (prologues not included).
     pub counter_updates: u64,
+    /// Granularity checks the rewritten methods hold (bytecode mode; returns and throws not included).
+    pub granularity_checks: u64,
     pub left_alone: BTreeMap<SkipReason, u64>,
 }
 
@@ -214,6 +216,7 @@ impl RewriteStats {
         self.counted_on_chords += o.counted_on_chords;
         self.counted_by_blocks += o.counted_by_blocks;
         self.counter_updates += o.counter_updates;
+        self.granularity_checks += o.granularity_checks;
         for (k, v) in &o.left_alone {
             *self.left_alone.entry(*k).or_default() += v;
         }

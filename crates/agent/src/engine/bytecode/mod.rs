@@ -95,6 +95,7 @@ impl Engine for BytecodeEngine {
         c.insert("rand".into(), o.rand as u64);
         c.insert("maxpath".into(), o.bytecode_maxpath() as u64);
         c.insert("stack_walk".into(), o.stack_walks() as u64);
+        c.insert("loop_checks_only".into(), o.loop_checks_only as u64);
         let (walks, by_jvmti) = walk::walks();
         c.insert("walks".into(), walks);
         c.insert("walks_jvmti".into(), by_jvmti);
@@ -114,7 +115,7 @@ impl Engine for BytecodeEngine {
             "count=blocks".to_string()
         };
         format!(
-            "{} stack={stack} {count} counter_updates={} {} {}",
+            "{} stack={stack} {count} counter_updates={} checks={} checks_placed={} {} {}",
             fields(
                 meta,
                 &[
@@ -129,6 +130,8 @@ impl Engine for BytecodeEngine {
                 ]
             ),
             c("counter_updates"),
+            if c("loop_checks_only") != 0 { "loops" } else { "calls" },
+            c("granularity_checks"),
             RewritingEngine::summary_classes(meta),
             RewritingEngine::summary_left_alone(meta)
         )

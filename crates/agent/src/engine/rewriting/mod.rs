@@ -30,6 +30,7 @@ use crate::jvmti::bindings::*;
 use crate::jvmti::{Jni, Jvmti};
 use kprof_classfile::transform::bytecode::{BytecodeConfig, BytecodeTransform};
 use kprof_classfile::transform::exact::{ExactConfig, ExactTransform};
+use kprof_classfile::transform::flow::CheckPlaces;
 use kprof_classfile::transform::methods::MethodTable;
 use kprof_classfile::transform::natives::{wrap_natives, NATIVE_PREFIX};
 use kprof_classfile::transform::{MethodTransform, RewriteStats, Rewriter, SkipPolicy};
@@ -314,6 +315,7 @@ impl RewritingEngine {
                     thread_fields: thread_fields::added(),
                     reified_stack: !o.stack_walks(),
                     chords: o.chords,
+                    check_places: if o.loop_checks_only { CheckPlaces::Loops } else { CheckPlaces::CallsAndLoops },
                 };
                 Box::new(BytecodeTransform::new(c, Arc::clone(&self.methods)))
             }
@@ -612,6 +614,7 @@ impl RewritingEngine {
         c.insert("methods_rewritten".into(), rs.methods_rewritten);
         c.insert("methods_left_alone".into(), rs.left_alone_total());
         c.insert("counter_updates".into(), rs.counter_updates);
+        c.insert("granularity_checks".into(), rs.granularity_checks);
         if rs.counted_on_chords + rs.counted_by_blocks > 0 {
             c.insert("counted_on_chords".into(), rs.counted_on_chords);
             c.insert("counted_by_blocks".into(), rs.counted_by_blocks);

@@ -16,8 +16,9 @@ import jdk.internal.vm.annotation.Stable;
  *   each basic block:     iinc C, -N
  *   granularity checks:   iload D; iload C; ldc ID; invokestatic Bc.check(III)I; istore C
  *                         (blocks that call or head a loop, and where a path would pass MaxPath unchecked;
- *                         not where every path from the entry brings fewer than MaxPath bytecodes, as such a
- *                         check never commits; leaf methods: Bc.leafCheck(II)I)
+ *                         with checks=loops not at calls; not where every path from the entry brings fewer
+ *                         than MaxPath bytecodes, as such a check never commits; leaf methods:
+ *                         Bc.leafCheck(II)I)
  *   before each call:     iload D; ldc SITE; invokestatic Bc.site(II)V       (callsite=on)
  *   returns and throws:   iload D; iload C; ldc ID; invokestatic Bc.exit(III)V   (leaf: Bc.leafExit(II)V)
  *   exception handlers:   iload D; invokestatic Bc.handler(I)V
