@@ -282,8 +282,8 @@ impl MethodTransform for BytecodeTransform {
         self.split.clear();
         for (b, info) in self.flow.blocks.iter().zip(&self.flow.info) {
             let over = max_path != 0 && info.entering.saturating_add(b.insns) > max_path;
-            let at_calls = info.calls && self.config.check_places == CheckPlaces::CallsAndLoops;
-            let needed = at_calls || info.loop_header || (info.check && (!info.terminates || over));
+            let at_call = info.calls && self.config.check_places.at_calls();
+            let needed = at_call || info.loop_header || (info.check && (!info.terminates || over));
             let never_commits = max_path != 0 && info.from_entry.saturating_add(b.insns) < max_path;
             self.split.push(needed && !never_commits);
         }

@@ -23,6 +23,13 @@ pub enum CheckPlaces {
     Loops,
 }
 
+impl CheckPlaces {
+    /// Whether a block that calls gets a check at its start.
+    pub fn at_calls(self) -> bool {
+        self == CheckPlaces::CallsAndLoops
+    }
+}
+
 /// What the analysis found about one block.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct BlockInfo {
@@ -186,8 +193,7 @@ impl Flow {
                 r += 1;
             }
             let info = &mut self.info[i];
-            let at_calls = places == CheckPlaces::CallsAndLoops;
-            info.check = (info.calls && at_calls) || info.terminates || info.loop_header;
+            info.check = (info.calls && places.at_calls()) || info.terminates || info.loop_header;
             info.entering = entering;
             info.from_entry = from_entry;
             let insns = self.blocks[i].insns;
