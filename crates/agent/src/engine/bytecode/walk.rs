@@ -211,9 +211,10 @@ fn walk_into(engine: &RewritingEngine, jni: Jni, stack: *mut u32, cap: usize) ->
             // AsyncGetCallTrace may end a walk early without saying so (a frame whose sender it does not
             // trust: Java code the VM called from a runtime stub, as when compiled code throws an
             // exception the VM makes), which JVMTI walks through. A walk that does not end where the
-            // thread's last trusted one ended is made again by JVMTI, whose end is then trusted.
+            // thread's last trusted one ended is made again by JVMTI, whose end is then trusted; so is one
+            // with a frame it has no method id for (JVMTI makes the id), which would otherwise be dropped.
             let outermost = methods.last().copied();
-            if by_asgct && outermost != *bottom {
+            if by_asgct && (outermost != *bottom || methods.iter().any(|m| m.is_null())) {
                 fast = false;
                 continue;
             }
