@@ -52,6 +52,30 @@ fn profile(jdk: &Jdk, dir: &Path, name: &str, opts: &str, jvm: &[&str], main: &s
     (run, file)
 }
 
+/// Panics unless the profiles `a` and `b` (files of the runs `ra` and `rb`) are byte-identical, naming
+/// the lines only one of them has and both summary lines: a determinism failure seen only on another
+/// machine must say where the runs parted.
+fn assert_same_profile(label: &str, (ra, a): (&Run, &Path), (rb, b): (&Run, &Path)) {
+    let (ta, tb) = (std::fs::read_to_string(a).unwrap(), std::fs::read_to_string(b).unwrap());
+    if ta == tb {
+        return;
+    }
+    let only = |x: &str, y: &str| -> String {
+        let ys: std::collections::HashSet<&str> = y.lines().collect();
+        x.lines().filter(|l| !ys.contains(l)).take(6).collect::<Vec<_>>().join("\n")
+    };
+    let summary = |r: &Run| r.stderr.lines().find(|l| l.starts_with("kprof: mode=")).unwrap_or("").to_string();
+    panic!(
+        "{label}: {} and {} differ\nonly in the first:\n{}\nonly in the second:\n{}\nsummaries:\n{}\n{}",
+        a.display(),
+        b.display(),
+        only(&ta, &tb),
+        only(&tb, &ta),
+        summary(ra),
+        summary(rb)
+    );
+}
+
 /// Profiles `main` (no arguments) into `dir/name.json` with `opts` (mode=bytecode added); returns the run
 /// and the profile read back.
 fn profile_json(jdk: &Jdk, dir: &Path, name: &str, opts: &str, main: &str) -> (Run, Profile) {
@@ -97,8 +121,8 @@ fn the_same_run_twice_gives_byte_identical_profiles_and_totals() {
         let dir = scratch(&format!("bc-repeat-{}", jdk.label()));
         let (r1, a) = profile(jdk, &dir, "a", "", &[], "kprof.harness.Deterministic", &[]);
         let (r2, b) = profile(jdk, &dir, "b", "", &[], "kprof.harness.Deterministic", &[]);
+        assert_same_profile(&format!("{}: two runs", jdk.label()), (&r1, &a), (&r2, &b));
         let text_a = std::fs::read(&a).unwrap();
-        assert_eq!(text_a, std::fs::read(&b).unwrap(), "{}: collapsed profiles differ between two runs", jdk.label());
         let (s1, s2) = (r1.summary(), r2.summary());
         assert_eq!(s1["rand"], "100");
         assert_eq!(s1["bytecodes"], s2["bytecodes"], "{}: estimated totals differ", jdk.label());
@@ -807,24 +831,12 @@ fn first_time_linkage_gives_the_same_profile_in_ten_runs() {
             })
             .collect();
         let (run0, file0) = &runs[0];
-        let text0 = std::fs::read(file0).unwrap();
         for (i, (run, file)) in runs.iter().enumerate() {
             let line = program_line(program_output(run), "linkage:");
             assert_eq!(line["rounds"], "3", "{}: {}", jdk.label(), run.stdout);
             assert!(read_collapsed(file).iter().map(|(_, n)| n).sum::<u64>() > 50_000, "{}: few samples", jdk.label());
             assert_eq!(program_output(run0), program_output(run), "{}: the program's output differs", jdk.label());
-            let text = std::fs::read(file).unwrap();
-            if text0 != text {
-                let a = String::from_utf8_lossy(&text0);
-                let b = String::from_utf8_lossy(&text);
-                let only_a: Vec<_> = a.lines().filter(|l| !b.contains(l)).take(5).collect();
-                panic!(
-                    "{}: run {i} gives another profile than run 0 ({}); lines only in run 0:\n{}",
-                    jdk.label(),
-                    file.display(),
-                    only_a.join("\n")
-                );
-            }
+            assert_same_profile(&format!("{}: run 0 against run {i}", jdk.label()), (run0, file0), (run, file));
         }
     });
 }
@@ -986,10 +998,7 @@ fn checks_at_loops_only_count_the_same_with_fewer_checks() {
             }
             let ((calls, fc), (loops, fl), (again, fa)) = (&runs[0], &runs[1], &runs[2]);
             assert_eq!(program_output(calls), program_output(loops), "{label}");
-            assert!(
-                std::fs::read(fl).unwrap() == std::fs::read(fa).unwrap(),
-                "{label}: checks=loops differs between runs"
-            );
+            assert_same_profile(&format!("{label}: checks=loops, two runs"), (loops, fl), (again, fa));
             assert_eq!(loops.summary()["bytecodes"], again.summary()["bytecodes"], "{label}");
             assert_eq!(calls.summary()["bytecodes"], loops.summary()["bytecodes"], "{label}: totals differ");
             let placed = |r: &Run| r.summary()["checks_placed"].parse::<u64>().unwrap();
