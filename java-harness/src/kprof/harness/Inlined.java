@@ -10,7 +10,8 @@ import java.lang.management.ManagementFactory;
  * HotSpot's DebugNonSafepoints, at every PC, so {@code loop;mix}; without, only at safepoints, so the
  * sample goes to the next safepoint's scope, {@code loop}'s poll. Runs for the given seconds (default 2)
  * of wall time, then prints the flag as the JVM has it then: {@code inlined: h=H DebugNonSafepoints=V}
- * (run with {@code -XX:+UnlockDiagnosticVMOptions}: a diagnostic flag is hidden from Java otherwise).
+ * (V is {@code hidden} without {@code -XX:+UnlockDiagnosticVMOptions}: a diagnostic flag is hidden from
+ * Java otherwise).
  */
 public final class Inlined {
     static int mix(int h, int i) {
@@ -38,7 +39,12 @@ public final class Inlined {
             h = loop(1_000_000, h);
         }
         HotSpotDiagnosticMXBean hotspot = ManagementFactory.getPlatformMXBean(HotSpotDiagnosticMXBean.class);
-        String flag = hotspot.getVMOption("DebugNonSafepoints").getValue();
-        System.out.println("inlined: h=" + h + " DebugNonSafepoints=" + flag);
+        String flag;
+        try {
+            flag = hotspot.getVMOption("DebugNonSafepoints").getValue();
+        } catch (IllegalArgumentException hidden) {
+            flag = "hidden";
+        }
+        System.out.println("inlined: h=" + Integer.toUnsignedString(h) + " DebugNonSafepoints=" + flag);
     }
 }
