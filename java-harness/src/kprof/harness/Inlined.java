@@ -1,17 +1,12 @@
 package kprof.harness;
 
-import com.sun.management.HotSpotDiagnosticMXBean;
-import java.lang.management.ManagementFactory;
-
 /**
  * A hot loop whose work is all in a small method the JIT inlines into it ({@code mix}: no call, no
  * safepoint poll inside). A timer signal interrupts the compiled loop almost always inside {@code mix}'s
  * code; where AsyncGetCallTrace puts such a sample depends on the debug information the JIT kept: with
  * HotSpot's DebugNonSafepoints, at every PC, so {@code loop;mix}; without, only at safepoints, so the
  * sample goes to the next safepoint's scope, {@code loop}'s poll. Runs for the given seconds (default 2)
- * of wall time, then prints the flag as the JVM has it then: {@code inlined: h=H DebugNonSafepoints=V}
- * (V is {@code hidden} without {@code -XX:+UnlockDiagnosticVMOptions}: a diagnostic flag is hidden from
- * Java otherwise).
+ * of wall time and prints {@code inlined: h=H}.
  */
 public final class Inlined {
     static int mix(int h, int i) {
@@ -38,13 +33,6 @@ public final class Inlined {
         while (System.nanoTime() < end) {
             h = loop(1_000_000, h);
         }
-        HotSpotDiagnosticMXBean hotspot = ManagementFactory.getPlatformMXBean(HotSpotDiagnosticMXBean.class);
-        String flag;
-        try {
-            flag = hotspot.getVMOption("DebugNonSafepoints").getValue();
-        } catch (IllegalArgumentException hidden) {
-            flag = "hidden";
-        }
-        System.out.println("inlined: h=" + Integer.toUnsignedString(h) + " DebugNonSafepoints=" + flag);
+        System.out.println("inlined: h=" + Integer.toUnsignedString(h));
     }
 }

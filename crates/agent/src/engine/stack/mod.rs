@@ -13,7 +13,7 @@ use crate::cct::{Cct, NodeId};
 use crate::engine::Host;
 use crate::frame::{FrameId, Pseudo};
 use crate::jvmti::bindings::*;
-use crate::jvmti::{vmstructs, Jni, Jvmti};
+use crate::jvmti::{Jni, Jvmti};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 use threads::{CallFrame, Entered, PathEntry};
@@ -74,8 +74,9 @@ pub fn check_asgct() -> Result<(), String> {
 }
 
 /// Sets up the JVMTI environment AsyncGetCallTrace needs for walks from a signal: ClassLoad events (it
-/// refuses to walk stacks without them) and debug information at non-safepoint PCs (DebugNonSafepoints),
-/// so that compiled and inlined frames interrupted anywhere are attributed precisely ([`keep_debug_info`]).
+/// refuses to walk stacks without them) and CompiledMethodLoad, which makes HotSpot keep debug information
+/// at non-safepoint PCs (DebugNonSafepoints), so that compiled and inlined frames interrupted anywhere are
+/// attributed precisely.
 pub fn enable_stack_walks(host: &dyn Host) -> Result<(), String> {
     enable_walks(host, true)
 }
@@ -87,7 +88,7 @@ pub fn enable_own_stack_walks(host: &dyn Host) -> Result<(), String> {
     enable_walks(host, false)
 }
 
-/// The walks' JVMTI environment, once made, and whether it has turned on debug information at non-safepoints.
+/// The walks' JVMTI environment, once made, and whether it has turned CompiledMethodLoad on.
 static WALK_ENV: std::sync::Mutex<Option<(Jvmti, bool)>> = std::sync::Mutex::new(None);
 
 fn enable_walks(host: &dyn Host, non_safepoint_debug: bool) -> Result<(), String> {
@@ -108,33 +109,15 @@ fn enable_walks(host: &dyn Host, non_safepoint_debug: bool) -> Result<(), String
         }
     };
     if non_safepoint_debug && !*on {
-        keep_debug_info(env)?;
-        *on = true;
-    }
-    Ok(())
-}
-
-/// Makes the JIT record debug information at non-safepoint PCs from now on (for the JVM's life, as a
-/// method compiled with it keeps it). HotSpot does so for a compilation when its flag DebugNonSafepoints
-/// is on, or, with the flag at its default, while an agent has CompiledMethodLoad events enabled. kprof
-/// sets the flag itself through HotSpot's flag table: the event would also make the JVM build and post
-/// an address map of every method it compiles, for callbacks that need none (measured in
-/// docs/BENCHMARKS.md). A flag set on the command line is left as it is; a JVM without the table gets the
-/// event.
-fn keep_debug_info(env: Jvmti) -> Result<(), String> {
-    if let Some(flag) = vmstructs::bool_flag(c"DebugNonSafepoints") {
-        if flag.default_origin && !flag.get() {
-            flag.set(true);
+        let potential = env.potential_capabilities().map_err(|e| format!("GetPotentialCapabilities: {e}"))?;
+        if potential.can_generate_compiled_method_load_events() != 0 {
+            let mut caps = jvmtiCapabilities::default();
+            caps.set_can_generate_compiled_method_load_events(1);
+            env.add_capabilities(&caps).map_err(|e| format!("AddCapabilities: {e}"))?;
+            // Fails without its capability; nothing else depends on it.
+            let _ = env.set_event(JVMTI_EVENT_COMPILED_METHOD_LOAD, true);
         }
-        return Ok(());
-    }
-    let potential = env.potential_capabilities().map_err(|e| format!("GetPotentialCapabilities: {e}"))?;
-    if potential.can_generate_compiled_method_load_events() != 0 {
-        let mut caps = jvmtiCapabilities::default();
-        caps.set_can_generate_compiled_method_load_events(1);
-        env.add_capabilities(&caps).map_err(|e| format!("AddCapabilities: {e}"))?;
-        // Fails without its capability; nothing else depends on it.
-        let _ = env.set_event(JVMTI_EVENT_COMPILED_METHOD_LOAD, true);
+        *on = true;
     }
     Ok(())
 }
