@@ -64,15 +64,14 @@ fn assert_same_profile(label: &str, (ra, a): (&Run, &Path), (rb, b): (&Run, &Pat
         let ys: std::collections::HashSet<&str> = y.lines().collect();
         x.lines().filter(|l| !ys.contains(l)).take(6).collect::<Vec<_>>().join("\n")
     };
-    let summary = |r: &Run| r.stderr.lines().find(|l| l.starts_with("kprof: mode=")).unwrap_or("").to_string();
     panic!(
         "{label}: {} and {} differ\nonly in the first:\n{}\nonly in the second:\n{}\nsummaries:\n{}\n{}",
         a.display(),
         b.display(),
         only(&ta, &tb),
         only(&tb, &ta),
-        summary(ra),
-        summary(rb)
+        ra.summary_line().unwrap_or(""),
+        rb.summary_line().unwrap_or("")
     );
 }
 

@@ -203,12 +203,8 @@ fn the_bound_per_class_leaves_the_methods_past_it_alone() {
 }
 
 /// The agent's summary line.
-fn summary_line(run: &Run) -> String {
-    run.stderr
-        .lines()
-        .find(|l| l.starts_with("kprof: mode="))
-        .unwrap_or_else(|| panic!("no summary:\n{}", run.stderr))
-        .to_string()
+fn summary_line(run: &Run) -> &str {
+    run.summary_line().unwrap_or_else(|| panic!("no summary:\n{}", run.stderr))
 }
 
 /// A method just past the bound is left alone by the agent and runs, verified, as it was; one at the bound

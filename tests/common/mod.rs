@@ -115,13 +115,14 @@ pub struct Run {
 }
 
 impl Run {
+    /// The agent's summary line, if it printed one.
+    pub fn summary_line(&self) -> Option<&str> {
+        self.stderr.lines().find(|l| l.starts_with("kprof: mode="))
+    }
+
     /// The agent's summary line as key → value.
     pub fn summary(&self) -> BTreeMap<String, String> {
-        let line = self
-            .stderr
-            .lines()
-            .find(|l| l.starts_with("kprof: mode="))
-            .unwrap_or_else(|| panic!("no kprof summary line in stderr:\n{}", self.stderr));
+        let line = self.summary_line().unwrap_or_else(|| panic!("no kprof summary line in stderr:\n{}", self.stderr));
         line.trim_start_matches("kprof: ")
             .split(' ')
             .filter_map(|kv| kv.split_once('='))
