@@ -7,6 +7,7 @@ import glob
 import math
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -103,8 +104,12 @@ class WorkloadRun:
     their work directory), the JVM's wall time the script measured, and its result counters without what
     is not a result (`result`, comparable between a run with the agent and one without)."""
 
-    def __init__(self, name, proc, log, elapsed):
+    def __init__(self, name, proc, log, elapsed, cpu_s=float("nan")):
         self.name = name
+        # User and system CPU time of the script's processes (the JVM with all its threads, and the
+        # script's own tools): what profiling costs the host, without the time spent waiting (I/O, other
+        # processes on the machine), which wall time includes.
+        self.cpu_s = cpu_s
         self.proc = proc
         self.log = log
         self.elapsed = elapsed
@@ -141,8 +146,13 @@ def run_workload(name, java, java_opts, tmp):
     os.symlink(os.path.join(shared, "data"), os.path.join(bench_tmp, "data"))
     env = dict(os.environ, JAVA=java, JAVA_OPTS=java_opts, BENCH_TMP=bench_tmp, KEEP_WORK="1")
     t0 = time.monotonic()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([os.path.join(workloads_dir(), name + ".sh")], env=env, capture_output=True, text=True)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     elapsed = time.monotonic() - t0
+    # Children's usage counts processes once they are waited for: the script waits for its JVM, and
+    # subprocess.run for the script.
+    cpu_s = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     # The JVM's stderr: the work directory's `log` (tomcat's `base/logs/console.log`).
     log = ""
     for d in os.listdir(bench_tmp):
@@ -154,4 +164,4 @@ def run_workload(name, java, java_opts, tmp):
                     with open(os.path.join(dirpath, f), errors="replace") as fh:
                         log += fh.read()
     shutil.rmtree(bench_tmp, ignore_errors=True)
-    return WorkloadRun(name, p, log, elapsed)
+    return WorkloadRun(name, p, log, elapsed, cpu_s)
