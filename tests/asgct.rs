@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use kprof_profile::output::read_profile;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -416,25 +417,32 @@ fn stacks_deeper_than_depth_are_cut_and_marked() {
 fn samples_in_inlined_code_land_in_the_inlined_method() {
     for_each_jdk(|jdk| {
         let dir = scratch(&format!("inlined-{}", jdk.label()));
-        let share = |jvm: &[&str], name: &str| -> f64 {
+        // The share of the loop's samples in the inlined method, and how the debug information was had.
+        let share = |jvm: &[&str], name: &str| -> (f64, u64) {
             let file = dir.join(format!("{name}.collapsed"));
+            let json = dir.join(format!("{name}.json"));
             let run = run_java(
                 jdk,
-                Some(&format!("interval=1ms,file={}", file.display())),
+                Some(&format!("interval=1ms,file={},file={}", file.display(), json.display())),
                 jvm,
                 "kprof.harness.Inlined",
                 &["2"],
             );
             run.assert_ok();
+            let way = read_profile(&json).unwrap().meta.counters["debug_info_at_every_pc"];
             let stacks = read_collapsed(&file);
             let in_loop = count_where(&stacks, |s| has_frame(s, "kprof.harness.Inlined.loop("));
             let in_mix =
                 count_where(&stacks, |s| s.last().is_some_and(|f| f.starts_with("kprof.harness.Inlined.mix(")));
+            // About 2,000 CPU samples in 2 s on an idle machine; fewer where other tests share the cores (the
+            // loop gets less CPU time). A few hundred decide the shares below (0.99 against 0.003).
             assert!(in_loop > 500, "{}: {in_loop} samples in the loop", jdk.label());
-            in_mix as f64 / in_loop as f64
+            (in_mix as f64 / in_loop as f64, way)
         };
-        let on = share(&[], "on");
-        let off = share(&["-XX:+UnlockDiagnosticVMOptions", "-XX:-DebugNonSafepoints"], "off");
+        let (on, way_on) = share(&[], "on");
+        let (off, way_off) = share(&["-XX:+UnlockDiagnosticVMOptions", "-XX:-DebugNonSafepoints"], "off");
+        // kprof set the flag in HotSpot's table (1) and left one given on the command line as it was (2).
+        assert_eq!((way_on, way_off), (1, 2), "{}: debug_info_at_every_pc", jdk.label());
         assert!(
             on > 0.8 && off < 0.5,
             "{}: share of the loop's samples in the inlined method {on:.3} with debug information at every PC, {off:.3} without",

@@ -71,6 +71,9 @@ pub struct Options {
     pub live: bool,
     /// lock: waits shorter than this (nanoseconds) are not recorded.
     pub lock_ns: u64,
+    /// lock: waits on conditions (`Condition.await`) are recorded too; by default they are waiting, not
+    /// contention, as `Object.wait` is, and only counted.
+    pub conditions: bool,
     /// wall: threads signalled per interval, at most.
     pub wall_batch: u32,
     /// bytecode/exact: only classes matching one of these patterns are rewritten (empty: all).
@@ -146,6 +149,7 @@ impl Default for Options {
             alloc_bytes: 512 * 1024,
             live: false,
             lock_ns: 10_000,
+            conditions: false,
             wall_batch: 16,
             include: Vec::new(),
             exclude: Vec::new(),
@@ -284,6 +288,12 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("live", "on | off", "off", "alloc: report only objects still reachable when the profile is written"),
     ("lock", "duration 0..10s (0 = every wait)", "10us", "lock: waits shorter than this are not recorded"),
     (
+        "conditions",
+        "on | off",
+        "off",
+        "lock: also record waits on conditions (Condition.await: waiting, as Object.wait is, not contention)",
+    ),
+    (
         "batch",
         "1..8192",
         "16",
@@ -395,6 +405,7 @@ impl Options {
                     }
                 }
                 "live" => o.live = parse_switch(key, value)?,
+                "conditions" => o.conditions = parse_switch(key, value)?,
                 "lock" => {
                     let v = need()?;
                     o.lock_ns = match parse_duration(v) {
@@ -534,6 +545,12 @@ impl Options {
         if o.live && !o.has(EngineKind::Alloc) {
             return Err(OptionError(format!(
                 "kprof: bad option 'live=on': accepted only with the alloc engine (this is mode={})",
+                o.mode_name()
+            )));
+        }
+        if o.conditions && !o.has(EngineKind::Lock) {
+            return Err(OptionError(format!(
+                "kprof: bad option 'conditions=on': accepted only with the lock engine (this is mode={})",
                 o.mode_name()
             )));
         }

@@ -4,7 +4,7 @@ use super::*;
 fn defaults() {
     let o = Options::parse(None).unwrap();
     assert_eq!(o.engines, [EngineKind::Asgct]);
-    assert_eq!((o.alloc_bytes, o.live, o.lock_ns), (512 * 1024, false, 10_000));
+    assert_eq!((o.alloc_bytes, o.live, o.lock_ns, o.conditions), (512 * 1024, false, 10_000, false));
     assert_eq!(o.interval_ns, 10_000_000);
     assert_eq!(o.timer, TimerKind::Auto);
     assert_eq!(o.files, vec![OutputFile { path: DEFAULT_FILE.into(), format: Format::Html }]);
@@ -99,6 +99,8 @@ fn every_kind_of_bad_option_gives_one_line_naming_it() {
         ("lock=1h", "'lock=1h'"),
         ("lock=11s", "'lock=11s'"),
         ("lock=5", "'lock=5'"),
+        ("mode=lock,conditions=maybe", "'conditions=maybe'"),
+        ("mode=wall,conditions=on", "'conditions=on'"),
         ("mode=asgct,metric=calls", "'metric=calls'"),
         ("mode=wall,batch=0", "'batch=0'"),
         ("mode=wall,batch=9000", "'batch=9000'"),
@@ -116,7 +118,8 @@ fn every_kind_of_bad_option_gives_one_line_naming_it() {
 
 #[test]
 fn engines_combine_with_plus() {
-    let o = Options::parse(Some("mode=cpu+alloc+lock,alloc=1m,lock=0,live")).unwrap();
+    let o = Options::parse(Some("mode=cpu+alloc+lock,alloc=1m,lock=0,live,conditions=on")).unwrap();
+    assert!(o.conditions);
     assert_eq!(o.engines, [EngineKind::Asgct, EngineKind::Alloc, EngineKind::Lock]);
     assert_eq!(o.mode_name(), "asgct+alloc+lock");
     assert_eq!((o.alloc_bytes, o.lock_ns, o.live), (1 << 20, 0, true));

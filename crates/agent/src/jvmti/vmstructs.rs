@@ -6,6 +6,9 @@
 //! `java.lang.Thread.eetop`, finds the JNIEnv at the same offset the calling thread's own JNIEnv has from
 //! its `JavaThread*`, and the kernel thread id through `Thread::_osthread` → `OSThread::_thread_id`,
 //! whose offsets this table gives.
+//!
+//! The same table leads to HotSpot's flags (`JVMFlag::flags`): the ASGCT engines turn on
+//! `DebugNonSafepoints` there ([`bool_flag`]) rather than by enabling CompiledMethodLoad events.
 
 use std::ffi::{c_char, c_void, CStr};
 
@@ -40,21 +43,32 @@ fn u64_symbol(name: &CStr) -> Option<u64> {
     (!p.is_null()).then(|| unsafe { p.read() })
 }
 
-/// Looks up the offsets kprof needs. Runs once, outside any signal handler.
-pub fn thread_offsets() -> ThreadOffsets {
-    let mut out = ThreadOffsets::default();
+/// One entry of the structure table: a field of a HotSpot type, with its offset (an instance field) or
+/// its address (a static one).
+struct Entry<'a> {
+    type_name: &'a [u8],
+    field_name: &'a [u8],
+    is_static: bool,
+    offset: usize,
+    address: *const c_void,
+}
+
+/// Calls `each` for every entry of the structure table until it returns true. Runs outside any signal
+/// handler (it reads libjvm's symbols).
+fn find_entry(mut each: impl FnMut(&Entry) -> bool) {
     let table_ptr = symbol(c"gHotSpotVMStructs") as *const *const u8;
-    let (Some(type_off), Some(field_off), Some(offset_off), Some(static_off), Some(stride)) = (
+    let (Some(type_off), Some(field_off), Some(offset_off), Some(static_off), Some(address_off), Some(stride)) = (
         u64_symbol(c"gHotSpotVMStructEntryTypeNameOffset"),
         u64_symbol(c"gHotSpotVMStructEntryFieldNameOffset"),
         u64_symbol(c"gHotSpotVMStructEntryOffsetOffset"),
         u64_symbol(c"gHotSpotVMStructEntryIsStaticOffset"),
+        u64_symbol(c"gHotSpotVMStructEntryAddressOffset"),
         u64_symbol(c"gHotSpotVMStructEntryArrayStride"),
     ) else {
-        return out;
+        return;
     };
     if table_ptr.is_null() || stride == 0 {
-        return out;
+        return;
     }
     // SAFETY: `gHotSpotVMStructs` holds a pointer to the table (an array of entries of `stride` bytes,
     // ended by an entry whose type name is NULL); the field offsets within an entry come from the same
@@ -62,30 +76,159 @@ pub fn thread_offsets() -> ThreadOffsets {
     unsafe {
         let mut entry = table_ptr.read();
         if entry.is_null() {
-            return out;
+            return;
         }
         // A bound on the walk in case the table is not what we expect.
         for _ in 0..100_000 {
             let type_name = (entry.add(type_off as usize) as *const *const c_char).read();
             if type_name.is_null() {
-                break;
+                return;
             }
             let field_name = (entry.add(field_off as usize) as *const *const c_char).read();
-            let is_static = (entry.add(static_off as usize) as *const i32).read() != 0;
-            if !field_name.is_null() && !is_static {
-                let t = CStr::from_ptr(type_name).to_bytes();
-                let f = CStr::from_ptr(field_name).to_bytes();
-                let offset = (entry.add(offset_off as usize) as *const u64).read() as usize;
-                match (t, f) {
-                    (b"Thread" | b"JavaThread", b"_osthread") => out.osthread = Some(offset),
-                    (b"OSThread", b"_thread_id") => out.thread_id = Some(offset),
-                    _ => {}
+            if !field_name.is_null() {
+                let found = Entry {
+                    type_name: CStr::from_ptr(type_name).to_bytes(),
+                    field_name: CStr::from_ptr(field_name).to_bytes(),
+                    is_static: (entry.add(static_off as usize) as *const i32).read() != 0,
+                    offset: (entry.add(offset_off as usize) as *const u64).read() as usize,
+                    address: (entry.add(address_off as usize) as *const *const c_void).read(),
+                };
+                if each(&found) {
+                    return;
                 }
             }
             entry = entry.add(stride as usize);
         }
     }
+}
+
+/// The size of the HotSpot type `name` from the type table (`gHotSpotVMTypes`).
+fn type_size(name: &[u8]) -> Option<usize> {
+    let table_ptr = symbol(c"gHotSpotVMTypes") as *const *const u8;
+    let (Some(name_off), Some(size_off), Some(stride)) = (
+        u64_symbol(c"gHotSpotVMTypeEntryTypeNameOffset"),
+        u64_symbol(c"gHotSpotVMTypeEntrySizeOffset"),
+        u64_symbol(c"gHotSpotVMTypeEntryArrayStride"),
+    ) else {
+        return None;
+    };
+    if table_ptr.is_null() || stride == 0 {
+        return None;
+    }
+    // SAFETY: as for the structure table: an array of `stride`-byte entries ended by a NULL type name,
+    // offsets and strings from the same JVM.
+    unsafe {
+        let mut entry = table_ptr.read();
+        if entry.is_null() {
+            return None;
+        }
+        for _ in 0..100_000 {
+            let type_name = (entry.add(name_off as usize) as *const *const c_char).read();
+            if type_name.is_null() {
+                return None;
+            }
+            if CStr::from_ptr(type_name).to_bytes() == name {
+                return Some((entry.add(size_off as usize) as *const u64).read() as usize);
+            }
+            entry = entry.add(stride as usize);
+        }
+    }
+    None
+}
+
+/// Looks up the offsets kprof needs. Runs once, outside any signal handler.
+pub fn thread_offsets() -> ThreadOffsets {
+    let mut out = ThreadOffsets::default();
+    find_entry(|e| {
+        match (e.type_name, e.field_name, e.is_static) {
+            (b"Thread" | b"JavaThread", b"_osthread", false) => out.osthread = Some(e.offset),
+            (b"OSThread", b"_thread_id", false) => out.thread_id = Some(e.offset),
+            _ => {}
+        }
+        false
+    });
     out
+}
+
+/// A boolean `-XX:` flag of the running JVM, found in HotSpot's flag table.
+#[derive(Clone, Copy, Debug)]
+pub struct BoolFlag {
+    value: *mut u8,
+    /// The value is the JVM's default, not one a command line, file or tool set.
+    pub default_origin: bool,
+}
+
+// SAFETY: the value's address is a global of libjvm's, alive as long as the process.
+unsafe impl Send for BoolFlag {}
+
+impl BoolFlag {
+    pub fn get(&self) -> bool {
+        // SAFETY: `value` is the address of the flag's `bool` in libjvm (see `bool_flag`); HotSpot reads
+        // and writes it as a plain byte, as this does.
+        unsafe { self.value.read_volatile() != 0 }
+    }
+
+    /// Sets the value. HotSpot's compiler threads read such a flag once per compilation: a compilation
+    /// under way keeps the value it read.
+    pub fn set(&self, on: bool) {
+        // SAFETY: as in `get`; a one-byte store is atomic on every platform HotSpot runs on.
+        unsafe { self.value.write_volatile(on as u8) }
+    }
+}
+
+/// The boolean flag `name` (`JVMFlag::flags`, an array of `JVMFlag::numFlags` entries of the size the
+/// type table gives, each with its `_name`, the address of its value `_addr`, and `_flags`, whose low
+/// four bits are the value's origin, 0 for the default, and `_type`, 0 for `bool`). None where this JVM does not export the table,
+/// or has no such flag.
+pub fn bool_flag(name: &CStr) -> Option<BoolFlag> {
+    let (mut flags_at, mut count_at) = (std::ptr::null::<c_void>(), std::ptr::null::<c_void>());
+    let (mut name_off, mut addr_off, mut origin_off, mut type_off) = (None, None, None, None);
+    find_entry(|e| {
+        if e.type_name == b"JVMFlag" {
+            match (e.field_name, e.is_static) {
+                (b"flags", true) => flags_at = e.address,
+                (b"numFlags", true) => count_at = e.address,
+                (b"_name", false) => name_off = Some(e.offset),
+                (b"_addr", false) => addr_off = Some(e.offset),
+                (b"_flags", false) => origin_off = Some(e.offset),
+                (b"_type", false) => type_off = Some(e.offset),
+                _ => {}
+            }
+        }
+        false
+    });
+    let (name_off, addr_off, origin_off) = (name_off?, addr_off?, origin_off?);
+    let size = type_size(b"JVMFlag")?;
+    if flags_at.is_null() || count_at.is_null() || size == 0 {
+        return None;
+    }
+    // SAFETY: `flags_at` and `count_at` are the addresses of the statics `JVMFlag::flags` (a pointer to
+    // the array) and `JVMFlag::numFlags` (a size_t) the table gives; every entry is `size` bytes with
+    // fields at the offsets the same table gives; names are C strings and `_addr` points at the value.
+    unsafe {
+        let flags = (flags_at as *const *const u8).read();
+        let count = (count_at as *const usize).read();
+        if flags.is_null() || count > 10_000 {
+            return None;
+        }
+        for i in 0..count {
+            let flag = flags.add(i * size);
+            let flag_name = (flag.add(name_off) as *const *const c_char).read();
+            if flag_name.is_null() || CStr::from_ptr(flag_name) != name {
+                continue;
+            }
+            // `_type` 0 is `bool` (the first of HotSpot's flag types); a table without it is trusted.
+            // `_type` and `_flags` are ints in some JDKs and shorts in others: their low 16 bits (first,
+            // on the little-endian machines kprof runs on) hold the values in both.
+            if type_off.is_some_and(|t| (flag.add(t) as *const u16).read_unaligned() != 0) {
+                return None;
+            }
+            let value = (flag.add(addr_off) as *const *mut u8).read();
+            let origin = (flag.add(origin_off) as *const u16).read_unaligned() & 0xf;
+            return (!value.is_null()).then_some(BoolFlag { value, default_origin: origin == 0 });
+        }
+    }
+    None
 }
 
 /// Reads the word at `addr` of this process's memory without trusting it: an address that is not mapped

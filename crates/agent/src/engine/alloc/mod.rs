@@ -26,11 +26,12 @@ pub mod live;
 
 use crate::cct::{Metric, NodeId, ROOT};
 use crate::engine::stack::jvmti_path::record_path;
+use crate::engine::stack::own::{self, OwnStack};
 use crate::engine::{Engine, Host, Phase, OWN_THREAD_PREFIX};
 use crate::frame::{self, FrameId};
 use crate::guard::guard;
 use crate::jvmti::bindings::*;
-use crate::jvmti::{Jni, Jvmti, JvmtiResult};
+use crate::jvmti::{Jni, Jvmti};
 use estimate::{format_size, round_random, weights, Rng, FIXED_ONE};
 use kprof_profile::Meta;
 use kprof_protocol::options::{EngineKind, Options};
@@ -98,9 +99,6 @@ impl Stats {
 
 static ENGINE: OnceLock<AllocEngine> = OnceLock::new();
 
-/// Frames a thread's stack buffer starts with; it grows (up to `depth`) when a stack fills it.
-const INITIAL_FRAMES: usize = 128;
-
 /// What the engine keeps per thread.
 struct ThreadState {
     /// The session this state belongs to (0: none yet).
@@ -109,7 +107,7 @@ struct ThreadState {
     /// A kprof thread: its allocations are not counted.
     own: bool,
     rng: Option<Rng>,
-    frames: Vec<jvmtiFrameInfo>,
+    stack: Option<OwnStack>,
     /// The path of the thread's previous sample, root side first: (frame, callsite, node). Consecutive
     /// samples of a thread mostly share their outer frames, whose tree lookups this skips.
     path: Vec<(u64, i32, NodeId)>,
@@ -124,7 +122,7 @@ thread_local! {
             root: ROOT,
             own: false,
             rng: None,
-            frames: Vec::new(),
+            stack: None,
             path: Vec::new(),
             path_base: 0,
         })
@@ -228,10 +226,15 @@ impl AllocEngine {
         }
         let Some(label) = self.class_label(jni, klass) else { return false };
         let depth = self.depth.load(Ordering::Relaxed) as usize;
-        let Ok(n) = self.stack(&mut state.frames, depth + 1) else { return false };
-        let truncated = n > depth;
-        let ThreadState { frames, path, path_base, root, rng, .. } = state;
-        let node = record_path(self.host.cct(), path, path_base, *root, &frames[..n.min(depth)], truncated, label);
+        let ThreadState { stack, path, path_base, root, rng, .. } = state;
+        // JVMTI walks: AsyncGetCallTrace gives no walk from this callback for nearly every sample (compiled
+        // code allocates through a runtime call it cannot start from; docs/alloc.md).
+        let Ok(frames) = stack.get_or_insert_with(OwnStack::default).walk(jni, self.jvmti, depth + 1, false) else {
+            return false;
+        };
+        let truncated = frames.len() > depth;
+        let node =
+            record_path(self.host.cct(), path, path_base, *root, &frames[..frames.len().min(depth)], truncated, label);
         let interval = self.interval.load(Ordering::Relaxed);
         let (objects, bytes) = weights(size, interval);
         let cct = self.host.cct();
@@ -252,21 +255,6 @@ impl AllocEngine {
         self.stats.bytes.fetch_add((bytes * FIXED_ONE) as u64, Ordering::Relaxed);
         self.stats.objects.fetch_add((objects * FIXED_ONE) as u64, Ordering::Relaxed);
         true
-    }
-
-    /// The calling thread's stack into `buf` (grown as needed, up to `want` frames); the number of frames.
-    fn stack(&self, buf: &mut Vec<jvmtiFrameInfo>, want: usize) -> JvmtiResult<usize> {
-        if buf.is_empty() {
-            buf.resize(want.min(INITIAL_FRAMES), jvmtiFrameInfo::default());
-        }
-        loop {
-            let len = buf.len().min(want);
-            let n = self.jvmti.current_stack_trace(&mut buf[..len])?;
-            if n < len || len >= want {
-                return Ok(n);
-            }
-            buf.resize((len * 4).min(want), jvmtiFrameInfo::default());
-        }
     }
 
     /// The label of the allocated class (`[alloc java.lang.String]`), made once per class.
@@ -394,6 +382,9 @@ impl Engine for AllocEngine {
         c.insert("alloc_bytes".into(), fixed(&s.bytes));
         c.insert("alloc_objects".into(), fixed(&s.objects));
         c.insert("alloc_live".into(), o.live as u64);
+        let (walks, by_jvmti) = own::walk_counts();
+        c.insert("event_walks".into(), walks);
+        c.insert("event_walks_jvmti".into(), by_jvmti);
         if o.live {
             c.insert("alloc_live_samples".into(), get(&s.live_samples));
             c.insert("alloc_live_bytes".into(), get(&s.live_bytes));

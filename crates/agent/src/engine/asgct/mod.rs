@@ -177,6 +177,7 @@ impl Engine for AsgctEngine {
         meta.timer = s.timer.name().to_string();
         let c = &mut meta.counters;
         c.insert("samples".into(), s.stats.samples.load(Ordering::Relaxed));
+        c.insert("debug_info_at_every_pc".into(), crate::engine::stack::debug_info_way());
         c.insert("usable_samples".into(), s.stats.usable.load(Ordering::Relaxed));
         c.insert("dropped_samples".into(), s.stats.dropped.load(Ordering::Relaxed));
         c.insert("recovered_samples".into(), s.stats.recovered.load(Ordering::Relaxed));

@@ -19,11 +19,12 @@ mod park;
 
 use crate::cct::{Metric, NodeId, ROOT};
 use crate::engine::stack::jvmti_path::record_path;
+use crate::engine::stack::{self, own::OwnStack};
 use crate::engine::{fields, format_interval, Engine, Host, Phase, OWN_THREAD_PREFIX};
 use crate::frame::{self, FrameId};
 use crate::guard::guard;
 use crate::jvmti::bindings::*;
-use crate::jvmti::{Jni, Jvmti, JvmtiResult};
+use crate::jvmti::{Jni, Jvmti};
 use kprof_profile::Meta;
 use kprof_protocol::options::{EngineKind, Options};
 use std::cell::RefCell;
@@ -31,9 +32,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
-
-/// Frames asked for first; a deeper stack is asked for again, with room for all of it (up to `depth`).
-const INITIAL_FRAMES: usize = 128;
 
 /// What the engine counts.
 #[derive(Default)]
@@ -58,7 +56,7 @@ struct ThreadState {
     root: NodeId,
     /// One of kprof's own threads (never recorded).
     own: bool,
-    frames: Vec<jvmtiFrameInfo>,
+    stack: Option<OwnStack>,
     /// The nodes of the last recorded stack, root side first: (frame, callsite, node), below `path_base`.
     path: Vec<(u64, i32, NodeId)>,
     path_base: NodeId,
@@ -71,7 +69,7 @@ thread_local! {
             thread: 0,
             root: ROOT,
             own: false,
-            frames: Vec::new(),
+            stack: None,
             path: Vec::new(),
             path_base: ROOT,
         })
@@ -94,6 +92,8 @@ pub struct LockEngine {
     /// Labels of lock classes by the class's identity hash: (weak reference to the class, its label).
     classes: Mutex<HashMap<i32, Vec<(usize, FrameId)>>>,
     park: park::Parks,
+    /// Stacks may be walked by AsyncGetCallTrace ([`OwnStack`]).
+    fast_walks: bool,
 }
 
 static ENGINE: OnceLock<LockEngine> = OnceLock::new();
@@ -128,6 +128,7 @@ pub fn create(host: &'static dyn Host, _options: &Options, _phase: Phase) -> Res
     };
     jvmti.set_event_callbacks(&callbacks).map_err(|e| format!("SetEventCallbacks: {e}"))?;
     crate::engine::rewriting::boot_runtime(jvmti)?;
+    let fast_walks = stack::enable_own_stack_walks(host).is_ok();
     Ok(ENGINE.get_or_init(|| LockEngine {
         host,
         jvmti,
@@ -139,6 +140,7 @@ pub fn create(host: &'static dyn Host, _options: &Options, _phase: Phase) -> Res
         stats: LockStats::default(),
         classes: Mutex::new(HashMap::new()),
         park: park::Parks::default(),
+        fast_walks,
     }))
 }
 
@@ -260,11 +262,12 @@ impl LockEngine {
     ) -> Option<bool> {
         let Some(root) = self.root(jni, state, thread) else { return Some(false) };
         let depth = self.depth.load(Ordering::Relaxed) as usize;
-        let ThreadState { frames, path, path_base, .. } = state;
+        let ThreadState { stack, path, path_base, .. } = state;
         // Room for the helper's frames on top of `depth` of the application's, and one more to see a cut.
-        let n = stack(self.jvmti, frames, depth + 4).ok()?;
-        let top = frames[..n].iter().take_while(|f| skip(f.method)).count();
-        let stack = &frames[top..n];
+        let frames =
+            stack.get_or_insert_with(OwnStack::default).walk(jni, self.jvmti, depth + 4, self.fast_walks).ok()?;
+        let top = frames.iter().take_while(|f| skip(f.method)).count();
+        let stack = &frames[top..];
         let truncated = stack.len() > depth;
         let node =
             record_path(self.host.cct(), path, path_base, root, &stack[..stack.len().min(depth)], truncated, label);
@@ -313,21 +316,6 @@ impl LockEngine {
 fn now_ns() -> u64 {
     static BASE: OnceLock<Instant> = OnceLock::new();
     BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
-}
-
-/// The calling thread's stack into `buf` (grown as needed, up to `want` frames); the number of frames.
-fn stack(jvmti: Jvmti, buf: &mut Vec<jvmtiFrameInfo>, want: usize) -> JvmtiResult<usize> {
-    if buf.is_empty() {
-        buf.resize(want.min(INITIAL_FRAMES), jvmtiFrameInfo::default());
-    }
-    loop {
-        let len = buf.len().min(want);
-        let n = jvmti.current_stack_trace(&mut buf[..len])?;
-        if n < len || len >= want {
-            return Ok(n);
-        }
-        buf.resize((len * 4).min(want), jvmtiFrameInfo::default());
-    }
 }
 
 /// A class signature as Java spells the type: `Ljava/lang/Object;` → `java.lang.Object`, `[I` → `int[]`.
@@ -381,10 +369,10 @@ impl Engine for LockEngine {
             return Err(e);
         }
         // Without the helper, monitors are still recorded: say why parks are not.
-        if let Err(e) = self.park.start(jni, self.jvmti, o.lock_ns) {
+        if let Err(e) = self.park.start(jni, self.jvmti, o.lock_ns, o.conditions) {
             self.host.say(&format!("mode=lock: waits in LockSupport.park are not recorded: {e}"));
         }
-        Ok(format!("lock={}", threshold_text(o.lock_ns)))
+        Ok(format!("lock={} conditions={}", threshold_text(o.lock_ns), if o.conditions { "on" } else { "off" }))
     }
 
     fn stop(&self, jni: Option<Jni>, restore: bool) {
@@ -419,6 +407,11 @@ impl Engine for LockEngine {
         c.insert("lock_wait_ns".into(), st.wait_ns.load(Ordering::Relaxed));
         c.insert("lock_dropped".into(), st.dropped.load(Ordering::Relaxed));
         c.insert("lock_parks_bracketed".into(), self.park.bracketed());
+        let (walks, by_jvmti) = stack::own::walk_counts();
+        c.insert("event_walks".into(), walks);
+        c.insert("event_walks_jvmti".into(), by_jvmti);
+        c.insert("lock_conditions".into(), o.conditions as u64);
+        c.insert("lock_condition_waits_unrecorded".into(), self.park.condition_waits());
     }
 
     fn summary(&self, meta: &Meta) -> String {
@@ -433,6 +426,7 @@ impl Engine for LockEngine {
                     ("monitor", "lock_monitor_waits"),
                     ("park", "lock_park_waits"),
                     ("skipped", "lock_skipped"),
+                    ("conditions", "lock_condition_waits_unrecorded"),
                     ("dropped", "lock_dropped"),
                 ]
             ),

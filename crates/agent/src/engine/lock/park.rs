@@ -30,6 +30,8 @@ const WAITED: (&str, &str) = ("waited", "(JLjava/lang/Object;)V");
 
 /// Parks shorter than the threshold, counted by the helper (it adds to this address with `Unsafe`).
 static SKIPPED: AtomicU64 = AtomicU64::new(0);
+/// Parks on a condition at the threshold, not recorded (without `conditions=on`), counted the same way.
+static CONDITION_WAITS: AtomicU64 = AtomicU64::new(0);
 
 /// The helper class and its methods (global reference and ids, as integers: valid on every thread).
 struct Helper {
@@ -61,6 +63,10 @@ impl Parks {
         SKIPPED.load(Ordering::Relaxed)
     }
 
+    pub(super) fn condition_waits(&self) -> u64 {
+        CONDITION_WAITS.load(Ordering::Relaxed)
+    }
+
     pub(super) fn bracketed(&self) -> u64 {
         self.bracketed.load(Ordering::Relaxed)
     }
@@ -87,19 +93,25 @@ impl Parks {
         };
         let helper = Helper {
             class: class as usize,
-            enable: method("enable", "(JJ)V")?,
+            enable: method("enable", "(JJJZ)V")?,
             disable: method("disable", "()V")?,
             frames: [method("park", HELPER_DESCRIPTOR)?, method("record", "(J)V")?, method(WAITED.0, WAITED.1)?],
         };
         Ok(self.helper.get_or_init(|| helper))
     }
 
-    /// Makes the helper time parks against `threshold_ns` and rewrites LockSupport (now if it is loaded,
-    /// else when it loads).
-    pub(super) fn start(&self, jni: Jni, jvmti: Jvmti, threshold_ns: u64) -> Result<(), String> {
+    /// Makes the helper time parks against `threshold_ns` (recording condition waits too if `conditions`)
+    /// and rewrites LockSupport (now if it is loaded, else when it loads).
+    pub(super) fn start(&self, jni: Jni, jvmti: Jvmti, threshold_ns: u64, conditions: bool) -> Result<(), String> {
         let helper = self.helper(jni, jvmti)?;
         SKIPPED.store(0, Ordering::Relaxed);
-        let args = [jvalue { j: threshold_ns as jlong }, jvalue { j: SKIPPED.as_ptr() as jlong }];
+        CONDITION_WAITS.store(0, Ordering::Relaxed);
+        let args = [
+            jvalue { j: threshold_ns as jlong },
+            jvalue { j: SKIPPED.as_ptr() as jlong },
+            jvalue { j: CONDITION_WAITS.as_ptr() as jlong },
+            jvalue { z: conditions as jboolean },
+        ];
         jni.call_static_void(helper.class as jclass, helper.enable as jmethodID, &args)
             .map_err(|_| format!("{HELPER}.enable threw"))?;
         self.bracketing.store(true, Ordering::Release);

@@ -7,13 +7,14 @@
 
 pub mod jvmti_path;
 pub mod live;
+pub mod own;
 pub mod threads;
 
 use crate::cct::{Cct, NodeId};
 use crate::engine::Host;
 use crate::frame::{FrameId, Pseudo};
 use crate::jvmti::bindings::*;
-use crate::jvmti::{Jni, Jvmti};
+use crate::jvmti::{vmstructs, Jni, Jvmti};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 use threads::{CallFrame, Entered, PathEntry};
@@ -74,9 +75,8 @@ pub fn check_asgct() -> Result<(), String> {
 }
 
 /// Sets up the JVMTI environment AsyncGetCallTrace needs for walks from a signal: ClassLoad events (it
-/// refuses to walk stacks without them) and CompiledMethodLoad, which makes HotSpot keep debug information
-/// at non-safepoint PCs (DebugNonSafepoints), so that compiled and inlined frames interrupted anywhere are
-/// attributed precisely.
+/// refuses to walk stacks without them) and debug information at non-safepoint PCs (DebugNonSafepoints),
+/// so that compiled and inlined frames interrupted anywhere are attributed precisely ([`keep_debug_info`]).
 pub fn enable_stack_walks(host: &dyn Host) -> Result<(), String> {
     enable_walks(host, true)
 }
@@ -88,7 +88,7 @@ pub fn enable_own_stack_walks(host: &dyn Host) -> Result<(), String> {
     enable_walks(host, false)
 }
 
-/// The walks' JVMTI environment, once made, and whether it has turned CompiledMethodLoad on.
+/// The walks' JVMTI environment, once made, and whether it has turned on debug information at non-safepoints.
 static WALK_ENV: std::sync::Mutex<Option<(Jvmti, bool)>> = std::sync::Mutex::new(None);
 
 fn enable_walks(host: &dyn Host, non_safepoint_debug: bool) -> Result<(), String> {
@@ -109,15 +109,52 @@ fn enable_walks(host: &dyn Host, non_safepoint_debug: bool) -> Result<(), String
         }
     };
     if non_safepoint_debug && !*on {
-        let potential = env.potential_capabilities().map_err(|e| format!("GetPotentialCapabilities: {e}"))?;
-        if potential.can_generate_compiled_method_load_events() != 0 {
-            let mut caps = jvmtiCapabilities::default();
-            caps.set_can_generate_compiled_method_load_events(1);
-            env.add_capabilities(&caps).map_err(|e| format!("AddCapabilities: {e}"))?;
-            // Fails without its capability; nothing else depends on it.
-            let _ = env.set_event(JVMTI_EVENT_COMPILED_METHOD_LOAD, true);
-        }
+        keep_debug_info(env)?;
         *on = true;
+    }
+    Ok(())
+}
+
+/// How debug information at every PC was asked for ([`debug_info_way`]): not (yet), kprof set the flag, the
+/// flag was left as given (command line, file or tool), CompiledMethodLoad events.
+static DEBUG_INFO: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub const DEBUG_INFO_FLAG_SET: u64 = 1;
+pub const DEBUG_INFO_FLAG_GIVEN: u64 = 2;
+pub const DEBUG_INFO_EVENT: u64 = 3;
+
+/// How the signal-driven engines got debug information at every PC: 0 (not asked for), or one of
+/// [`DEBUG_INFO_FLAG_SET`], [`DEBUG_INFO_FLAG_GIVEN`], [`DEBUG_INFO_EVENT`] (the profile's counter
+/// `debug_info_at_every_pc`).
+pub fn debug_info_way() -> u64 {
+    DEBUG_INFO.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Makes the JIT record debug information at non-safepoint PCs from now on (for the JVM's life, as a
+/// method compiled with it keeps it). HotSpot does so for a compilation when its flag DebugNonSafepoints
+/// is on, or, with the flag at its default, while an agent has CompiledMethodLoad events enabled. kprof
+/// sets the flag itself through HotSpot's flag table: the event would also make the JVM build and post
+/// an address map of every method it compiles, for callbacks that need none (measured in
+/// docs/BENCHMARKS.md). A flag set on the command line is left as it is; a JVM without the table gets the
+/// event.
+fn keep_debug_info(env: Jvmti) -> Result<(), String> {
+    use std::sync::atomic::Ordering::Relaxed;
+    if let Some(flag) = vmstructs::bool_flag(c"DebugNonSafepoints") {
+        if flag.default_origin && !flag.get() {
+            flag.set(true);
+            DEBUG_INFO.store(DEBUG_INFO_FLAG_SET, Relaxed);
+        } else {
+            DEBUG_INFO.store(DEBUG_INFO_FLAG_GIVEN, Relaxed);
+        }
+        return Ok(());
+    }
+    DEBUG_INFO.store(DEBUG_INFO_EVENT, Relaxed);
+    let potential = env.potential_capabilities().map_err(|e| format!("GetPotentialCapabilities: {e}"))?;
+    if potential.can_generate_compiled_method_load_events() != 0 {
+        let mut caps = jvmtiCapabilities::default();
+        caps.set_can_generate_compiled_method_load_events(1);
+        env.add_capabilities(&caps).map_err(|e| format!("AddCapabilities: {e}"))?;
+        // Fails without its capability; nothing else depends on it.
+        let _ = env.set_event(JVMTI_EVENT_COMPILED_METHOD_LOAD, true);
     }
     Ok(())
 }

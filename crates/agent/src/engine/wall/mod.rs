@@ -177,6 +177,7 @@ impl Engine for WallEngine {
         s.check_handler(self.host);
         let c = &mut meta.counters;
         let st = &s.stats;
+        c.insert("debug_info_at_every_pc".into(), crate::engine::stack::debug_info_way());
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         c.insert("wall_samples".into(), load(&st.samples));
         c.insert("wall_usable_samples".into(), load(&st.usable));

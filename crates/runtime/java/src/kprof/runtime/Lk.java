@@ -1,5 +1,7 @@
 package kprof.runtime;
 
+import java.util.concurrent.locks.AbstractQueuedLongSynchronizer;
+import java.util.concurrent.locks.AbstractQueuedSynchronizer;
 import jdk.internal.misc.Unsafe;
 import jdk.internal.vm.annotation.DontInline;
 import jdk.internal.vm.annotation.ForceInline;
@@ -11,6 +13,10 @@ import jdk.internal.vm.annotation.ForceInline;
  * measures it with {@code System.nanoTime}; a wait of at least {@link #threshold} nanoseconds goes to the agent
  * ({@link #waited}, a native method the agent registers) with the thread's park blocker (the object it waits
  * for, which LockSupport sets before and clears after parking), shorter ones are only counted.
+ *
+ * <p>A park on a condition ({@code Condition.await} of the JDK's synchronizers) is waiting, not contention,
+ * as {@code Object.wait} is for a monitor: unless the session asks for them ({@code conditions=on}) such waits
+ * are only counted, without the native call and the stack walk (idle pool workers wait there).
  *
  * <p>The park itself is untouched: same receiver, same arguments, nothing caught, so interrupts, timeouts,
  * spurious wakeups and exceptions reach LockSupport as before. Leaf code: no allocation and no JDK method that a
@@ -25,6 +31,10 @@ public final class Lk {
     private static volatile long threshold = -1;
     /** Address of the agent's counter of waits below the threshold (native memory, added atomically). */
     private static long skipped;
+    /** Address of the agent's counter of condition waits at the threshold that were not recorded. */
+    private static long conditionWaits;
+    /** Condition waits are recorded too. */
+    private static boolean conditions;
 
     private Lk() {}
 
@@ -40,10 +50,21 @@ public final class Lk {
         long waited = System.nanoTime() - start;
         long limit = threshold;
         if (waited >= limit && limit >= 0) {
-            record(waited);
+            if (conditions || !onCondition()) {
+                record(waited);
+            } else {
+                U.getAndAddLong(null, conditionWaits, 1L);
+            }
         } else if (limit >= 0) {
             U.getAndAddLong(null, skipped, 1L);
         }
+    }
+
+    /** The thread parks on a condition: LockSupport has set the condition as its blocker. */
+    private static boolean onCondition() {
+        Object blocker = U.getReferenceOpaque(Thread.currentThread(), BLOCKER);
+        return blocker instanceof AbstractQueuedSynchronizer.ConditionObject
+            || blocker instanceof AbstractQueuedLongSynchronizer.ConditionObject;
     }
 
     @DontInline
@@ -54,9 +75,14 @@ public final class Lk {
     /** The agent records the wait: the thread's stack below this frame, and the blocker's class. */
     private static native void waited(long nanos, Object blocker);
 
-    /** Called by the agent when a session starts: the threshold and where to count short waits. */
-    static void enable(long thresholdNanos, long skippedCounter) {
+    /**
+     * Called by the agent when a session starts: the threshold, where to count short waits and unrecorded
+     * condition waits, and whether condition waits are recorded.
+     */
+    static void enable(long thresholdNanos, long skippedCounter, long conditionCounter, boolean recordConditions) {
         skipped = skippedCounter;
+        conditionWaits = conditionCounter;
+        conditions = recordConditions;
         threshold = thresholdNanos;
     }
 
