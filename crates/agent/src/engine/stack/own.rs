@@ -17,6 +17,7 @@
 use super::threads::CallFrame;
 use crate::jvmti::bindings::*;
 use crate::jvmti::{Jni, Jvmti, JvmtiResult};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Frames asked for first; a deeper stack is asked for again, with room for all of it (up to `want`).
 const INITIAL_FRAMES: usize = 128;
@@ -40,12 +41,11 @@ pub(crate) struct OwnStack {
 }
 
 /// Walks made, and of them those JVMTI made, since the agent started.
-static WALKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static WALKS_JVMTI: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static WALKS: AtomicU64 = AtomicU64::new(0);
+static WALKS_JVMTI: AtomicU64 = AtomicU64::new(0);
 
 /// (walks, walks JVMTI made) of the engines that record at an event on the thread.
 pub(crate) fn walk_counts() -> (u64, u64) {
-    use std::sync::atomic::Ordering::Relaxed;
     (WALKS.load(Relaxed), WALKS_JVMTI.load(Relaxed))
 }
 
@@ -53,7 +53,6 @@ impl OwnStack {
     /// The calling thread's stack, up to `want` frames (innermost first). `fast`: AsyncGetCallTrace may be
     /// tried ([`super::enable_own_stack_walks`] succeeded).
     pub(crate) fn walk(&mut self, jni: Jni, jvmti: Jvmti, want: usize, fast: bool) -> JvmtiResult<&[jvmtiFrameInfo]> {
-        use std::sync::atomic::Ordering::Relaxed;
         WALKS.fetch_add(1, Relaxed);
         self.walked = false;
         if fast && self.misses < MISSES_TO_GIVE_UP && self.bottom.is_some() {
