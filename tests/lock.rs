@@ -64,9 +64,20 @@ fn site_shares(stdout: &str, collapsed: &Path) -> (Vec<f64>, Vec<f64>, u64) {
 }
 
 fn assert_shares_close(what: &str, measured: &[f64], kprof: &[f64]) {
+    assert_shares_within(what, measured, kprof, 0.0);
+}
+
+/// Each site's share within 2 points of the measured one; the ReentrantLock's (site c) may read up to
+/// `c_low` points more below it. Its waiter also runs between and after its parks (it retries, re-queues
+/// and spins before it parks again or holds the lock), time the program counts as waiting and no park's
+/// duration holds: JFR's `jdk.ThreadPark` events of a run without kprof add up to 0.97-0.99 of the measured
+/// time here, as kprof's do; the rewriting engines, which count every bytecode of that code, make it
+/// longer (0.94-0.98 of the measured).
+fn assert_shares_within(what: &str, measured: &[f64], kprof: &[f64], c_low: f64) {
     eprintln!("{what}: measured shares {measured:.2?}, kprof {kprof:.2?}");
     for (i, (m, k)) in measured.iter().zip(kprof).enumerate() {
-        assert!((m - k).abs() <= 2.0, "{what}: site {} has {k:.2}% of kprof's lock_ns, {m:.2}% measured", i);
+        let below = if i == 2 { 2.0 + c_low } else { 2.0 };
+        assert!(k - m <= 2.0 && m - k <= below, "{what}: site {} has {k:.2}% of kprof's lock_ns, {m:.2}% measured", i);
     }
 }
 
@@ -121,7 +132,7 @@ fn the_rewriting_engines_and_the_lock_engine_rewrite_lock_support_together() {
             let opts = format!("mode={mode},metric=lock_ns,file={}", collapsed.display());
             let run = run_verified(jdk, Some(&opts), SITES, &["40"]);
             let (measured, kprof, _) = site_shares(&run.stdout, &collapsed);
-            assert_shares_close(&format!("{} {mode}", jdk.label()), &measured, &kprof);
+            assert_shares_within(&format!("{} {mode}", jdk.label()), &measured, &kprof, 1.0);
             let summary = run.summary();
             assert!(lock_figure(&summary, "park") > 0, "{mode}: no park recorded: {summary:?}");
             let rewritten = summary.get("bytecode.classes_rewritten").or(summary.get("exact.classes_rewritten"));
