@@ -273,15 +273,6 @@ impl Jvmti {
         Ok(t)
     }
 
-    /// The current thread's innermost Java frames, innermost first, into `frames`; returns how many
-    /// (`frames.len()` when the stack may hold more). No capability needed, no safepoint on the own thread.
-    pub fn own_stack_trace(self, frames: &mut [jvmtiFrameInfo]) -> JvmtiResult<usize> {
-        let mut n: jint = 0;
-        let max = frames.len().min(i32::MAX as usize) as jint;
-        check(call!(self, GetStackTrace, ptr::null_mut(), 0, max, frames.as_mut_ptr(), &mut n))?;
-        Ok(n.max(0) as usize)
-    }
-
     /// The method of the current thread's innermost Java frame (a native method's own frame counts).
     pub fn current_frame_method(self) -> JvmtiResult<jmethodID> {
         let mut m: jmethodID = ptr::null_mut();
@@ -393,7 +384,8 @@ impl Jvmti {
     }
 
     /// The calling thread's stack, innermost frame first, into `frames` (as many as fit). Returns how many
-    /// frames were written.
+    /// frames were written (`frames.len()` when the stack may hold more). No capability needed, no
+    /// safepoint on the own thread.
     pub fn current_stack_trace(self, frames: &mut [jvmtiFrameInfo]) -> JvmtiResult<usize> {
         let mut count: jint = 0;
         let max = frames.len().min(i32::MAX as usize) as jint;

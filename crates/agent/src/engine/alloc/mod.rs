@@ -26,7 +26,7 @@ pub mod live;
 
 use crate::cct::{Metric, NodeId, ROOT};
 use crate::engine::stack::jvmti_path::record_path;
-use crate::engine::stack::own::{self, OwnStack};
+use crate::engine::stack::own::{self, OwnStack, Walk};
 use crate::engine::{Engine, Host, Phase, OWN_THREAD_PREFIX};
 use crate::frame::{self, FrameId};
 use crate::guard::guard;
@@ -229,7 +229,8 @@ impl AllocEngine {
         let ThreadState { stack, path, path_base, root, rng, .. } = state;
         // JVMTI walks: AsyncGetCallTrace gives no walk from this callback for nearly every sample (compiled
         // code allocates through a runtime call it cannot start from; docs/alloc.md).
-        let Ok(frames) = stack.get_or_insert_with(OwnStack::default).walk(jni, self.jvmti, depth + 1, false) else {
+        let walker = stack.get_or_insert_with(|| OwnStack::new(&own::EVENT_WALKS));
+        let Ok(Walk { frames, .. }) = walker.walk(jni, self.jvmti, depth + 1, false, &mut |_| true) else {
             return false;
         };
         let truncated = frames.len() > depth;
@@ -382,7 +383,7 @@ impl Engine for AllocEngine {
         c.insert("alloc_bytes".into(), fixed(&s.bytes));
         c.insert("alloc_objects".into(), fixed(&s.objects));
         c.insert("alloc_live".into(), o.live as u64);
-        let (walks, by_jvmti) = own::walk_counts();
+        let (walks, by_jvmti) = own::EVENT_WALKS.get();
         c.insert("event_walks".into(), walks);
         c.insert("event_walks_jvmti".into(), by_jvmti);
         if o.live {

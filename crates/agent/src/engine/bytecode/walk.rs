@@ -4,7 +4,8 @@
 //! period runs out, `Bc.walk` reads the current thread's Java frames, inlined ones included, with
 //! AsyncGetCallTrace from that native call (the thread walks its own stack from its last Java frame, in
 //! place: no signal, no safepoint; JVMTI GetStackTrace, which builds a frame object for each, where that
-//! gives nothing or a walk not to be trusted: [`walk_into`]), and keeps only the frames the reified stack
+//! gives nothing or a walk not to be trusted: the walker the alloc and lock engines use,
+//! [`stack::own`]), and keeps only the frames the reified stack
 //! would have held: methods bytecode mode rewrote and that call (the method table marks them when their
 //! rewrite is kept). Frames of code left alone (`java.lang.invoke`, lambda forms, natives, reflection's
 //! glue, kprof's helpers) and of leaf methods are dropped, as the reified stack never had them, so a
@@ -16,7 +17,8 @@
 //! method costs three JVMTI calls and a look-up in the method table; after that, one probe.
 
 use crate::engine::rewriting::RewritingEngine;
-use crate::engine::stack::{self, threads::CallFrame};
+use crate::engine::stack;
+use crate::engine::stack::own::{OwnStack, Walk, WalkCounts};
 use crate::engine::Host;
 use crate::guard::guard;
 use crate::jvmti::bindings::*;
@@ -26,8 +28,6 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-/// Frames asked for first; a deeper stack doubles the buffer up to [`MAX_FRAMES`].
-const FIRST_FRAMES: usize = 256;
 /// Deeper than this, only the innermost frames are seen (the context then loses its outermost ones).
 const MAX_FRAMES: usize = 1 << 16;
 /// Slots of the method table cache: a power of two, some four times the methods a large program runs.
@@ -131,12 +131,11 @@ fn look_up(engine: &RewritingEngine, jni: Jni, m: jmethodID) -> (u32, u8) {
 }
 
 /// Walks made, and of them those JVMTI made (AsyncGetCallTrace gave no walk or one not to be trusted).
-static WALKS: AtomicU64 = AtomicU64::new(0);
-static WALKS_JVMTI: AtomicU64 = AtomicU64::new(0);
+static WALKS: WalkCounts = WalkCounts::new();
 
 /// (walks, walks JVMTI made) since the agent started.
 pub(crate) fn walks() -> (u64, u64) {
-    (WALKS.load(Ordering::Relaxed), WALKS_JVMTI.load(Ordering::Relaxed))
+    WALKS.get()
 }
 
 /// Own-thread walks may use AsyncGetCallTrace ([`stack::own_stack`]): its JVMTI environment is set up.
@@ -151,51 +150,40 @@ pub(crate) fn enable_own_walks(host: &dyn Host) {
     }
 }
 
-/// The thread's frame buffers (one per way of walking) and the ids it keeps (innermost first).
-#[derive(Default)]
+/// The thread's walker and the ids of the context it last walked (innermost first).
 struct Buffers {
-    frames: Vec<jvmtiFrameInfo>,
-    call_frames: Vec<CallFrame>,
-    methods: Vec<jmethodID>,
+    stack: OwnStack,
     ids: Vec<u32>,
-    /// The outermost frame's method in the thread's last walk that JVMTI made or confirmed.
-    bottom: Option<jmethodID>,
 }
 
 thread_local! {
-    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers { stack: OwnStack::new(&WALKS), ids: Vec::new() });
 }
 
-/// Runs `walk` on `buffer`, doubling it (up to [`MAX_FRAMES`]) while a walk fills it: the frames it
-/// wrote, or None where it gave none.
-fn walk_all<T: Clone>(buffer: &mut Vec<T>, blank: T, mut walk: impl FnMut(&mut [T]) -> Option<usize>) -> Option<usize> {
-    if buffer.is_empty() {
-        buffer.resize(FIRST_FRAMES, blank.clone());
-    }
-    loop {
-        let n = walk(buffer)?;
-        if n < buffer.len() || buffer.len() >= MAX_FRAMES {
-            return Some(n);
+/// The ids the reified stack would hold for `frames` (innermost first) into `ids`: rewritten methods that
+/// call, less the innermost rewritten one (the method sampling). False where the frames run into a
+/// virtual thread's carrier (see [`STACK_CARRIER`]), where `ids` holds the context up to there.
+fn context(engine: &RewritingEngine, jni: Jni, frames: &[jvmtiFrameInfo], ids: &mut Vec<u32>) -> bool {
+    ids.clear();
+    let mut sampler_seen = false;
+    for f in frames {
+        if f.method.is_null() {
+            continue;
         }
-        let more = buffer.len() * 2;
-        buffer.resize(more, blank.clone());
-    }
-}
-
-/// The current thread's Java frames' methods, innermost first, into `b.methods`: AsyncGetCallTrace where
-/// `fast` and it walks, else JVMTI. None if neither did; else whether AsyncGetCallTrace did.
-fn own_frames(engine: &RewritingEngine, jni: Jni, b: &mut Buffers, fast: bool) -> Option<bool> {
-    b.methods.clear();
-    if fast && OWN_WALKS.load(Ordering::Acquire) {
-        let blank = CallFrame { lineno: 0, method_id: std::ptr::null_mut() };
-        if let Some(n) = walk_all(&mut b.call_frames, blank, |frames| stack::own_stack(jni, frames)) {
-            b.methods.extend(b.call_frames[..n].iter().map(|f| f.method_id as jmethodID));
-            return Some(true);
+        let (id, kind) = kind_of(engine, jni, f.method);
+        if kind == STACK_CARRIER {
+            return false;
+        }
+        if kind == STACK_NONE {
+            continue;
+        }
+        if !sampler_seen {
+            sampler_seen = true;
+        } else if kind == STACK_PUSHED {
+            ids.push(id);
         }
     }
-    let n = walk_all(&mut b.frames, jvmtiFrameInfo::default(), |frames| engine.jvmti.own_stack_trace(frames).ok())?;
-    b.methods.extend(b.frames[..n].iter().map(|f| f.method));
-    Some(false)
+    true
 }
 
 /// Writes the calling context of the current thread's innermost rewritten frame (the method sampling) into
@@ -204,55 +192,18 @@ fn own_frames(engine: &RewritingEngine, jni: Jni, b: &mut Buffers, fast: bool) -
 fn walk_into(engine: &RewritingEngine, jni: Jni, stack: *mut u32, cap: usize) -> usize {
     BUFFERS.with(|b| {
         let Ok(mut b) = b.try_borrow_mut() else { return 0 };
-        let mut fast = true;
-        loop {
-            let Some(by_asgct) = own_frames(engine, jni, &mut b, fast) else { return 0 };
-            let Buffers { methods, ids, bottom, .. } = &mut *b;
-            // AsyncGetCallTrace may end a walk early without saying so (a frame whose sender it does not
-            // trust: Java code the VM called from a runtime stub, as when compiled code throws an
-            // exception the VM makes), which JVMTI walks through. A walk that does not end where the
-            // thread's last trusted one ended is made again by JVMTI, whose end is then trusted; so is one
-            // with a frame it has no method id for (JVMTI makes the id), which would otherwise be dropped.
-            let outermost = methods.last().copied();
-            if by_asgct && (outermost != *bottom || methods.iter().any(|m| m.is_null())) {
-                fast = false;
-                continue;
-            }
-            *bottom = outermost;
-            ids.clear();
-            let mut sampler_seen = false;
-            let mut carrier = false;
-            for &m in methods.iter() {
-                if m.is_null() {
-                    continue;
-                }
-                let (id, kind) = kind_of(engine, jni, m);
-                if kind == STACK_CARRIER {
-                    carrier = true;
-                    break;
-                }
-                if kind == STACK_NONE {
-                    continue;
-                }
-                if !sampler_seen {
-                    sampler_seen = true;
-                } else if kind == STACK_PUSHED {
-                    ids.push(id);
-                }
-            }
-            // A virtual thread: AsyncGetCallTrace sees only the frames thawed onto its carrier's stack
-            // (the others wait in the continuation's stack chunk), JVMTI sees them all.
-            if carrier && by_asgct {
-                fast = false;
-                continue;
-            }
-            WALKS.fetch_add(1, Ordering::Relaxed);
-            if !by_asgct {
-                WALKS_JVMTI.fetch_add(1, Ordering::Relaxed);
-            }
-            break;
+        let Buffers { stack: walker, ids } = &mut *b;
+        let fast = OWN_WALKS.load(Ordering::Acquire);
+        // A virtual thread: AsyncGetCallTrace sees only the frames thawed onto its carrier's stack (the
+        // others wait in the continuation's stack chunk) and walks on into the carrier's, JVMTI sees the
+        // virtual thread's all; a walk that meets the carrier is made again by JVMTI.
+        let mut trust = |frames: &[jvmtiFrameInfo]| context(engine, jni, frames, ids);
+        let Ok(Walk { frames, by_asgct }) = walker.walk(jni, engine.jvmti, MAX_FRAMES, fast, &mut trust) else {
+            return 0;
+        };
+        if !by_asgct {
+            context(engine, jni, frames, ids);
         }
-        let ids = &b.ids;
         let depth = ids.len();
         for (i, &id) in ids.iter().rev().take(cap).enumerate() {
             // SAFETY: `stack` is the thread's block's stack of `cap` entries (`Bc.walk`'s contract), and

@@ -19,7 +19,7 @@ mod park;
 
 use crate::cct::{Metric, NodeId, ROOT};
 use crate::engine::stack::jvmti_path::record_path;
-use crate::engine::stack::{self, own::OwnStack};
+use crate::engine::stack::{self, own, own::OwnStack};
 use crate::engine::{fields, format_interval, Engine, Host, Phase, OWN_THREAD_PREFIX};
 use crate::frame::{self, FrameId};
 use crate::guard::guard;
@@ -264,8 +264,8 @@ impl LockEngine {
         let depth = self.depth.load(Ordering::Relaxed) as usize;
         let ThreadState { stack, path, path_base, .. } = state;
         // Room for the helper's frames on top of `depth` of the application's, and one more to see a cut.
-        let frames =
-            stack.get_or_insert_with(OwnStack::default).walk(jni, self.jvmti, depth + 4, self.fast_walks).ok()?;
+        let walker = stack.get_or_insert_with(|| OwnStack::new(&own::EVENT_WALKS));
+        let frames = walker.walk(jni, self.jvmti, depth + 4, self.fast_walks, &mut |_| true).ok()?.frames;
         let top = frames.iter().take_while(|f| skip(f.method)).count();
         let stack = &frames[top..];
         let truncated = stack.len() > depth;
@@ -407,7 +407,7 @@ impl Engine for LockEngine {
         c.insert("lock_wait_ns".into(), st.wait_ns.load(Ordering::Relaxed));
         c.insert("lock_dropped".into(), st.dropped.load(Ordering::Relaxed));
         c.insert("lock_parks_bracketed".into(), self.park.bracketed());
-        let (walks, by_jvmti) = stack::own::walk_counts();
+        let (walks, by_jvmti) = own::EVENT_WALKS.get();
         c.insert("event_walks".into(), walks);
         c.insert("event_walks_jvmti".into(), by_jvmti);
         c.insert("lock_conditions".into(), o.conditions as u64);
