@@ -199,6 +199,8 @@ fn idle_threads_stay_in_their_idle_frame_with_their_state() {
         ("idle-wait", "WallSplit.idleWait(", "java.lang.Object.wait", "[state waiting]"),
         ("blocked", "WallSplit.blockedEnter(", "WallSplit.blockedEnter(", "[state blocked]"),
         ("holder", "WallSplit.holdMonitor(", "java.lang.Thread.sleep", "[state sleeping]"),
+        // The JVM's own thread that waits for signals inside the VM, runnable to JVMTI, runs no Java code.
+        ("Signal Dispatcher", "[not_java]", "[not_java]", "[state vm_wait]"),
     ];
     for_each_jdk(|jdk| {
         let (_, profile) = wall_split(jdk, "idle", "mode=wall,interval=10ms", "3");
@@ -222,6 +224,9 @@ fn idle_threads_stay_in_their_idle_frame_with_their_state() {
             assert!(total > 2_000_000_000, "{}: {thread} has {total} ns of wall samples", jdk.label());
             assert!(share >= 97.0, "{}: {thread}: {share:.2}% in its idle frame with {state}", jdk.label());
         }
+        // Threads waiting inside the VM are read, not signalled: few signals beside the running threads'.
+        let counters = &profile.meta.counters;
+        assert!(counters["wall_vm_waits"] > 100, "{}: {counters:?}", jdk.label());
     });
 }
 

@@ -27,8 +27,9 @@
 //!
 //! Cost: at most `batch` state reads and signals or stack reads per interval, whatever the number of
 //! threads, plus the handler on each signalled (running) thread. The summary line reports the signals,
-//! the stacks read (`read=`) and found unchanged (`unchanged=`), the sampler's CPU time and the
-//! handlers' time.
+//! the stacks read (`read=`) and found unchanged (`unchanged=`), the picks of runnable threads found
+//! waiting inside the VM (`vm_wait=`, read as the stacks of threads off Java code are), the sampler's
+//! CPU time and the handlers' time.
 
 mod handler;
 mod sampler;
@@ -185,6 +186,7 @@ impl Engine for WallEngine {
         c.insert("wall_signals".into(), load(&st.signals));
         c.insert("wall_stacks_read".into(), load(&st.read));
         c.insert("wall_stacks_unchanged".into(), load(&st.unchanged));
+        c.insert("wall_vm_waits".into(), load(&st.vm_waits));
         c.insert("wall_deferred_picks".into(), load(&st.deferred));
         c.insert("wall_ticks".into(), load(&st.ticks));
         c.insert("wall_late_ticks".into(), load(&st.late_ticks));
@@ -209,12 +211,13 @@ impl Engine for WallEngine {
         let rate = if secs > 0.0 { samples as f64 / secs } else { 0.0 };
         let mut line = format!(
             "interval={} batch={} samples={samples} usable={usable:.1}% rate={rate:.0}/s signals={} read={} \
-             unchanged={} dropped={} threads={} sampler_cpu={:.3}s handler_time={:.3}s",
+             unchanged={} vm_wait={} dropped={} threads={} sampler_cpu={:.3}s handler_time={:.3}s",
             format_interval(c("wall_interval_ns")),
             c("wall_batch"),
             c("wall_signals"),
             c("wall_stacks_read"),
             c("wall_stacks_unchanged"),
+            c("wall_vm_waits"),
             c("wall_dropped_samples"),
             c("wall_threads_sampled"),
             c("wall_sampler_cpu_ns") as f64 / 1e9,

@@ -37,6 +37,9 @@ pub struct WallStats {
     /// Samples of threads off Java code that had used no CPU time since their stack was last read, in the
     /// same state: the stack read then is theirs still, and is not read again.
     pub unchanged: AtomicU64,
+    /// Picks of threads JVMTI called runnable that were found asleep in the kernel, waiting inside the VM
+    /// ([`State::VmWait`]): read as threads off Java code are, with no signal.
+    pub vm_waits: AtomicU64,
     /// Picks put off because the thread had not run for [`PENDING`] picks.
     pub deferred: AtomicU64,
     /// Ticks the sampler ran, and ticks it skipped because it woke more than an interval late.
@@ -69,18 +72,45 @@ struct LastRead {
     leaf: NodeId,
 }
 
+/// A runnable thread's CPU clock at its last pick (for the slot generation it was read for), and when.
+#[derive(Default)]
+struct LastClock {
+    generation: u32,
+    cpu_ns: Option<u64>,
+    at_ns: u64,
+}
+
 /// What the sampler keeps to read the stacks of threads off Java code: a frame buffer, and per slot the
-/// path of its last stack in the tree (so that a thread that sleeps where it slept walks no tree).
+/// path of its last stack in the tree (so that a thread that sleeps where it slept walks no tree), and
+/// the CPU clock of runnable threads at their last pick.
 pub(super) struct OffJava {
     frames: Vec<jvmtiFrameInfo>,
     last: HashMap<usize, LastRead>,
+    clocks: HashMap<usize, LastClock>,
 }
 
 impl OffJava {
     pub(super) fn new(depth: u32) -> OffJava {
         let none = jvmtiFrameInfo { method: std::ptr::null_mut(), location: 0 };
-        OffJava { frames: vec![none; depth as usize + 1], last: HashMap::new() }
+        OffJava { frames: vec![none; depth as usize + 1], last: HashMap::new(), clocks: HashMap::new() }
     }
+}
+
+/// A runnable thread that used less than this share of the time since its last pick on a CPU is asked
+/// whether it sleeps in the kernel (a read of /proc); one that used more is taken as running (a clock
+/// read). A signal's handler, and the wait it interrupts starting again, take tens of microseconds.
+const MOSTLY_IDLE: u64 = 8;
+
+/// Whether thread `tid` sleeps in the kernel now (state `S` in /proc: an interruptible wait), read from
+/// the start of its stat line: `tid (comm) S ...`, where comm has at most 15 bytes.
+fn sleeps_in_kernel(tid: i32) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let Ok(mut file) = std::fs::File::open(format!("/proc/self/task/{tid}/stat")) else { return false };
+    let Ok(n) = file.read(&mut head) else { return false };
+    let head = &head[..n];
+    let Some(close) = head.iter().rposition(|&b| b == b')') else { return false };
+    head.get(close + 2) == Some(&b'S')
 }
 
 /// The registered threads, in the order the sampler takes them.
@@ -340,6 +370,12 @@ impl WallSampler {
                 Err(_) => State::Unknown,
             };
             let now = monotonic_ns();
+            let state = if state == State::Running && self.waits_in_vm(ws, idx, now, off_java) {
+                self.stats.vm_waits.fetch_add(1, Ordering::Relaxed);
+                State::VmWait
+            } else {
+                state
+            };
             let head = ws.head.load(Ordering::Relaxed);
             let tail = ws.tail.load(Ordering::Acquire);
             if state.off_java() && head == tail && self.read_off_java(jvmti, idx, ws, thread, state, now, off_java) {
@@ -363,6 +399,26 @@ impl WallSampler {
             }
         }
         m.cursor = (m.cursor + take) % n;
+    }
+
+    /// Whether a thread JVMTI calls runnable, not in native code, waits inside the VM: asleep in the kernel
+    /// now, having used little CPU time since its last pick. JVMTI reports the JVM's own waits (Signal
+    /// Dispatcher, Notification Thread; Reference Handler's on JDK 25) and a thread waiting out a safepoint
+    /// as runnable; signalled, such a thread would be sampled as running, and have its wait interrupted
+    /// at every pick. A thread on a CPU, or runnable and waiting for one, is running.
+    fn waits_in_vm(&self, ws: &WallSlot, idx: usize, now: u64, off_java: &mut OffJava) -> bool {
+        let tid = ws.tid.load(Ordering::Relaxed);
+        let generation = ws.generation.load(Ordering::Relaxed);
+        let cpu_ns = thread_cpu_ns(tid);
+        let last = off_java.clocks.entry(idx).or_default();
+        let before = if last.generation == generation { last.cpu_ns.map(|c| (c, last.at_ns)) } else { None };
+        *last = LastClock { generation, cpu_ns, at_ns: now };
+        match (cpu_ns, before) {
+            (Some(cpu), Some((was, at))) => {
+                cpu.saturating_sub(was).saturating_mul(MOSTLY_IDLE) < now.saturating_sub(at) && sleeps_in_kernel(tid)
+            }
+            _ => false,
+        }
     }
 
     /// One sample of a thread off Java code, its stack read here rather than by a signal's handler on the

@@ -19,27 +19,35 @@ pub enum State {
     Parked,
     /// Blocked entering a contended `synchronized` monitor.
     Blocked,
+    /// Runnable to JVMTI (not in native code) but asleep in the kernel: a wait inside the VM itself, such as
+    /// the JVM's own threads' (Signal Dispatcher, Notification Thread, Reference Handler on JDK 25) or a
+    /// thread waiting out a safepoint. Found by the sampler ([`super::sampler`]), not by JVMTI.
+    VmWait,
     /// The state could not be read.
     Unknown,
 }
 
 /// The labels samples carry, by [`State`].
-pub const STATE_LABELS: [&str; 7] = [
+pub const STATE_LABELS: [&str; 8] = [
     "[state running]",
     "[state native]",
     "[state sleeping]",
     "[state waiting]",
     "[state parked]",
     "[state blocked]",
+    "[state vm_wait]",
     "[state unknown]",
 ];
 
 impl State {
     /// Whether a thread in this state runs no Java code until it leaves it (sleeping, waiting, parked,
-    /// blocked, or in native code): its Java stack stays as it is, and HotSpot lets another thread read
-    /// it without stopping or waking it.
+    /// blocked, in native code or waiting in the VM): its Java stack stays as it is, and HotSpot lets
+    /// another thread read it without stopping or waking it.
     pub fn off_java(self) -> bool {
-        matches!(self, State::Native | State::Sleeping | State::Waiting | State::Parked | State::Blocked)
+        matches!(
+            self,
+            State::Native | State::Sleeping | State::Waiting | State::Parked | State::Blocked | State::VmWait
+        )
     }
 
     /// The state of JVMTI state bits `s` (of a live thread).
@@ -64,7 +72,7 @@ impl State {
     }
 
     pub(super) fn from_u8(v: u8) -> State {
-        [State::Running, State::Native, State::Sleeping, State::Waiting, State::Parked, State::Blocked]
+        [State::Running, State::Native, State::Sleeping, State::Waiting, State::Parked, State::Blocked, State::VmWait]
             .get(v as usize)
             .copied()
             .unwrap_or(State::Unknown)
@@ -75,7 +83,7 @@ impl State {
 /// handler, which reads these).
 #[allow(clippy::declare_interior_mutable_const)]
 const NO_LABEL: AtomicU64 = AtomicU64::new(0);
-pub(super) static LABEL_IDS: [AtomicU64; 7] = [NO_LABEL; 7];
+pub(super) static LABEL_IDS: [AtomicU64; 8] = [NO_LABEL; 8];
 
 pub(super) fn make_labels() {
     for (i, name) in STATE_LABELS.iter().enumerate() {
@@ -104,9 +112,19 @@ mod tests {
         );
         assert_eq!(State::of(alive | JVMTI_THREAD_STATE_BLOCKED_ON_MONITOR_ENTER), State::Blocked);
         assert_eq!(State::of(alive), State::Unknown);
-        for s in [State::Running, State::Native, State::Sleeping, State::Waiting, State::Parked, State::Blocked] {
+        for s in [
+            State::Running,
+            State::Native,
+            State::Sleeping,
+            State::Waiting,
+            State::Parked,
+            State::Blocked,
+            State::VmWait,
+        ] {
             assert_eq!(State::from_u8(s as u8), s);
             assert!(STATE_LABELS[s as usize].starts_with("[state "));
         }
+        assert_eq!(State::from_u8(State::Unknown as u8), State::Unknown);
+        assert_eq!(STATE_LABELS[State::Unknown as usize], "[state unknown]");
     }
 }
