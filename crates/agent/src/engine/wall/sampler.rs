@@ -61,7 +61,7 @@ pub struct WallStats {
 
 /// What the sampler knows of a slot's thread from its last stack read: the slot generation it was for,
 /// the path of that stack in the tree (frame, callsite, node) and its base, and the thread's CPU time
-/// just before the read with the state and the leaf the read gave.
+/// just before the read with the state and the leaf the read gave, and whether it had a Java frame.
 #[derive(Default)]
 struct LastRead {
     generation: u32,
@@ -70,6 +70,7 @@ struct LastRead {
     cpu_ns: Option<u64>,
     state: Option<State>,
     leaf: NodeId,
+    usable: bool,
 }
 
 /// A runnable thread's CPU clock at its last pick (for the slot generation it was read for), and when.
@@ -457,7 +458,9 @@ impl WallSampler {
             self.count_pick(ws, last.leaf, weight(ws));
             self.stats.unchanged.fetch_add(1, Ordering::Relaxed);
             self.stats.samples.fetch_add(1, Ordering::Relaxed);
-            self.stats.usable.fetch_add(1, Ordering::Relaxed);
+            if last.usable {
+                self.stats.usable.fetch_add(1, Ordering::Relaxed);
+            }
             return true;
         }
         let Ok(n) = jvmti.stack_trace_of(thread as jthread, &mut off_java.frames) else { return false };
@@ -473,8 +476,10 @@ impl WallSampler {
         };
         let label = FrameId(LABEL_IDS[state as usize].load(Ordering::Acquire));
         let leaf = if node == overflow { node } else { self.cct.child(node, label, -1).unwrap_or(overflow) };
-        // Reused only where a real stack was read (not the overflow node, not a thread with no frame).
-        (last.cpu_ns, last.state, last.leaf) = (cpu_ns, Some(state), if n > 0 && node != overflow { leaf } else { 0 });
+        // Reused where a stack was read (a thread with no Java frame too: the VM's own threads that wait in
+        // it, which have none); not the overflow node, where the read's frames were not kept.
+        (last.cpu_ns, last.state, last.usable) = (cpu_ns, Some(state), n > 0);
+        last.leaf = if node != overflow { leaf } else { 0 };
         self.count_pick(ws, leaf, weight(ws));
         self.stats.read.fetch_add(1, Ordering::Relaxed);
         self.stats.samples.fetch_add(1, Ordering::Relaxed);
