@@ -343,14 +343,22 @@ pub(crate) fn load_agent(
                  the target's standard error"
             )));
         }
-        hotspot::LoadReply::NotLoaded(msg) => {
-            return Err(fail(format!("pid {pid} did not load the agent {lib_path}: {msg}")));
-        }
+        hotspot::LoadReply::NotLoaded(msg) => return Err(fail(not_loaded(pid, &lib_path, &msg))),
     }
     // The agent answers on its control socket once Agent_OnAttach has returned.
     let reply = creds::run_as(prepared.act_as.as_ref(), || control::send(target, "status", REPLY_TIMEOUT))
         .map_err(|e| fail(format!("the agent was loaded into pid {pid} but its status is unavailable: {e}")))?;
     Ok((prepared, reply))
+}
+
+/// Why the JVM `pid` did not load the agent: a JVM whose attach listener answers before it is live (its
+/// startup not over) refuses agents then, which is a JVM still starting, to try again in a moment.
+fn not_loaded(pid: u32, lib_path: &str, msg: &str) -> String {
+    if msg.contains("only permitted in the live phase") {
+        format!("pid {pid} is a JVM that is still starting (not yet live, so it loads no agent); try again in a moment")
+    } else {
+        format!("pid {pid} did not load the agent {lib_path}: {msg}")
+    }
 }
 
 /// `kprof start|stop|dump|status PID [...]`: one command to an agent already loaded.
@@ -464,5 +472,18 @@ fn looks_like_jvm(target: &Target) -> bool {
             target.perfdata().is_some()
                 || target.cmdline().first().is_some_and(|a| Path::new(a).file_name().is_some_and(|n| n == "java"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_loaded;
+
+    #[test]
+    fn a_jvm_not_yet_live_is_one_still_starting() {
+        let early = not_loaded(7, "/x/libkprof.so", "Dynamic agent loading is only permitted in the live phase");
+        assert!(early.contains("still starting"), "{early}");
+        let other = not_loaded(7, "/x/libkprof.so", "agent library failed Agent_OnLoad");
+        assert_eq!(other, "pid 7 did not load the agent /x/libkprof.so: agent library failed Agent_OnLoad");
     }
 }
