@@ -59,9 +59,10 @@ pub struct WallStats {
     pub handler_replaced: AtomicU64,
 }
 
-/// What the sampler knows of a slot's thread from its last stack read: the slot generation it was for,
-/// the path of that stack in the tree (frame, callsite, node) and its base, and the thread's CPU time
-/// just before the read with the state and the leaf the read gave, and whether it had a Java frame.
+/// What the sampler knows of a slot's thread (for the slot generation it was for): from its last stack
+/// read, the path of that stack in the tree (frame, callsite, node) and its base, the thread's CPU time
+/// just before the read with the state and the leaf the read gave, and whether it had a Java frame; and,
+/// for a runnable thread, its CPU time at its last pick and when that was.
 #[derive(Default)]
 struct LastRead {
     generation: u32,
@@ -71,30 +72,32 @@ struct LastRead {
     state: Option<State>,
     leaf: NodeId,
     usable: bool,
+    pick_cpu_ns: Option<u64>,
+    pick_ns: u64,
 }
 
-/// A runnable thread's CPU clock at its last pick (for the slot generation it was read for), and when.
-#[derive(Default)]
-struct LastClock {
-    generation: u32,
-    cpu_ns: Option<u64>,
-    at_ns: u64,
-}
-
-/// What the sampler keeps to read the stacks of threads off Java code: a frame buffer, and per slot the
-/// path of its last stack in the tree (so that a thread that sleeps where it slept walks no tree), and
-/// the CPU clock of runnable threads at their last pick.
+/// What the sampler keeps to read the stacks of threads off Java code: a frame buffer, and per slot what
+/// it knows of its thread (so that a thread that sleeps where it slept walks no tree).
 pub(super) struct OffJava {
     frames: Vec<jvmtiFrameInfo>,
     last: HashMap<usize, LastRead>,
-    clocks: HashMap<usize, LastClock>,
 }
 
 impl OffJava {
     pub(super) fn new(depth: u32) -> OffJava {
         let none = jvmtiFrameInfo { method: std::ptr::null_mut(), location: 0 };
-        OffJava { frames: vec![none; depth as usize + 1], last: HashMap::new(), clocks: HashMap::new() }
+        OffJava { frames: vec![none; depth as usize + 1], last: HashMap::new() }
     }
+}
+
+/// What `last` knows of slot `idx`'s thread, forgotten when the slot holds another thread now.
+fn last_of<'a>(last: &'a mut HashMap<usize, LastRead>, idx: usize, ws: &WallSlot) -> &'a mut LastRead {
+    let generation = ws.generation.load(Ordering::Relaxed);
+    let known = last.entry(idx).or_default();
+    if known.generation != generation {
+        *known = LastRead { generation, ..LastRead::default() };
+    }
+    known
 }
 
 /// A runnable thread that used less than this share of the time since its last pick on a CPU is asked
@@ -409,11 +412,10 @@ impl WallSampler {
     /// at every pick. A thread on a CPU, or runnable and waiting for one, is running.
     fn waits_in_vm(&self, ws: &WallSlot, idx: usize, now: u64, off_java: &mut OffJava) -> bool {
         let tid = ws.tid.load(Ordering::Relaxed);
-        let generation = ws.generation.load(Ordering::Relaxed);
         let cpu_ns = thread_cpu_ns(tid);
-        let last = off_java.clocks.entry(idx).or_default();
-        let before = if last.generation == generation { last.cpu_ns.map(|c| (c, last.at_ns)) } else { None };
-        *last = LastClock { generation, cpu_ns, at_ns: now };
+        let last = last_of(&mut off_java.last, idx, ws);
+        let before = last.pick_cpu_ns.map(|c| (c, last.pick_ns));
+        (last.pick_cpu_ns, last.pick_ns) = (cpu_ns, now);
         match (cpu_ns, before) {
             (Some(cpu), Some((was, at))) => {
                 cpu.saturating_sub(was).saturating_mul(MOSTLY_IDLE) < now.saturating_sub(at) && sleeps_in_kernel(tid)
@@ -440,11 +442,7 @@ impl WallSampler {
         now: u64,
         off_java: &mut OffJava,
     ) -> bool {
-        let generation = ws.generation.load(Ordering::Relaxed);
-        let last = off_java.last.entry(idx).or_default();
-        if last.generation != generation {
-            *last = LastRead { generation, ..LastRead::default() };
-        }
+        let last = last_of(&mut off_java.last, idx, ws);
         // A thread that has used no CPU time since its stack was read has not run: its stack is the one
         // read then. (Exact: the kernel adds every moment on a CPU to the thread's clock.)
         let cpu_ns = thread_cpu_ns(ws.tid.load(Ordering::Relaxed));
