@@ -444,8 +444,12 @@ impl WallSampler {
     ) -> bool {
         let last = last_of(&mut off_java.last, idx, ws);
         // A thread that has used no CPU time since its stack was read has not run: its stack is the one
-        // read then. (Exact: the kernel adds every moment on a CPU to the thread's clock.)
-        let cpu_ns = thread_cpu_ns(ws.tid.load(Ordering::Relaxed));
+        // read then. (Exact: the kernel adds every moment on a CPU to the thread's clock.) A thread found
+        // waiting in the VM had its clock read a moment ago, for this pick ([`Self::waits_in_vm`]).
+        let cpu_ns = match state {
+            State::VmWait => last.pick_cpu_ns,
+            _ => thread_cpu_ns(ws.tid.load(Ordering::Relaxed)),
+        };
         let weight = |ws: &WallSlot| now.saturating_sub(ws.last_pick_ns.swap(now, Ordering::Relaxed));
         if cpu_ns.is_some()
             && cpu_ns == last.cpu_ns
