@@ -6,6 +6,7 @@ Scripts import it with `sys.path.insert(0, os.path.dirname(os.path.abspath(__fil
 import glob
 import math
 import os
+import random
 import re
 import resource
 import shutil
@@ -84,6 +85,29 @@ def geomean(xs):
     if not xs or any(x != x for x in xs):
         return float("nan")
     return math.exp(statistics.mean(math.log(max(x, 1e-9)) for x in xs))
+
+
+def geomean_interval(workloads, level=0.90, draws=2000, seed=20261128):
+    """How far the geometric mean of per-workload ratios of medians could move with other runs of the
+    same bench: `workloads` holds, per workload, (baseline times, configuration times), each indexed by
+    round. The rounds are resampled with replacement `draws` times, each round's two runs kept together
+    (they ran side by side, so the machine's state of the moment is in both), and the central `level`
+    of the resampled geometric means is returned as (low, high). A fixed seed: the same runs give the
+    same interval."""
+    rng = random.Random(seed)
+    means = []
+    for _ in range(draws):
+        logs = []
+        for base, runs in workloads:
+            n = min(len(base), len(runs))
+            if n == 0:
+                return (float("nan"), float("nan"))
+            pick = [rng.randrange(n) for _ in range(n)]
+            logs.append(math.log(median([runs[i] for i in pick]) / median([base[i] for i in pick])))
+        means.append(math.exp(statistics.mean(logs)))
+    means.sort()
+    tail = (1 - level) / 2
+    return (means[int(tail * draws)], means[min(draws - 1, int((1 - tail) * draws))])
 
 
 def fmt(x, digits=0):
