@@ -114,6 +114,27 @@ fn overlap_on_harness(a: &Profile, b: &Profile) -> f64 {
     compare_with(a, samples(a), b, samples(b), &options).overlap_percent
 }
 
+/// A thread whose ring is full (its drain fell behind: on a loaded machine at gran=1000, or here at gran=5,
+/// a sample every few dozen bytecodes, faster than any drain) drains it itself: no sample is dropped and two
+/// runs still give one profile, byte for byte.
+#[test]
+fn full_rings_are_drained_by_their_threads_and_lose_nothing() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-fullring-{}", jdk.label()));
+        let (r1, a) = profile(jdk, &dir, "a", "gran=5", &[], "kprof.harness.Deterministic", &[]);
+        let (r2, b) = profile(jdk, &dir, "b", "gran=5", &[], "kprof.harness.Deterministic", &[]);
+        for r in [&r1, &r2] {
+            let s = r.summary();
+            assert_eq!(s["dropped"], "0", "{}: {}", jdk.label(), r.summary_line().unwrap_or(""));
+            let drains: u64 = s["self_drained"].parse().unwrap();
+            assert!(drains > 0, "{}: no ring filled: {}", jdk.label(), r.summary_line().unwrap_or(""));
+        }
+        assert_same_profile(&format!("{}: gran=5, two runs", jdk.label()), (&r1, &a), (&r2, &b));
+        assert_eq!(r1.summary()["samples"], r2.summary()["samples"]);
+        assert_eq!(program_output(&r1), program_output(&r2));
+    });
+}
+
 #[test]
 fn the_same_run_twice_gives_byte_identical_profiles_and_totals() {
     for_each_jdk(|jdk| {

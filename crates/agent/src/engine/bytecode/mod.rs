@@ -89,6 +89,7 @@ impl Engine for BytecodeEngine {
         c.insert("dropped_bytecodes".into(), dropped);
         c.insert("estimated_bytecodes".into(), sampled + dropped + residual);
         c.insert("dropped_samples".into(), st.dropped.load(Ordering::Relaxed));
+        c.insert("self_drains".into(), st.self_drains.load(Ordering::Relaxed));
         c.insert("truncated_samples".into(), st.truncated.load(Ordering::Relaxed));
         c.insert("threads_sampled".into(), st.threads.load(Ordering::Relaxed));
         c.insert("gran".into(), o.gran as u64);
@@ -124,6 +125,7 @@ impl Engine for BytecodeEngine {
                     ("maxpath", "maxpath"),
                     ("samples", "samples"),
                     ("dropped", "dropped_samples"),
+                    ("self_drained", "self_drains"),
                     ("truncated", "truncated_samples"),
                     ("threads", "threads_sampled"),
                     ("bytecodes", "estimated_bytecodes"),

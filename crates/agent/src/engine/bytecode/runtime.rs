@@ -6,8 +6,9 @@
 //!
 //! Ring protocol (one writer, the application thread; one reader, the agent): the thread writes a record's
 //! words, then the `published` offset; the agent reads records up to `published` and then writes
-//! `consumed`; the thread writes a record only where it overwrites nothing unconsumed, and drops (and
-//! counts) a sample that does not fit. See `T.java` for the layout.
+//! `consumed`; the thread writes a record only where it overwrites nothing unconsumed. A thread that finds
+//! its ring full drains it itself (`Bc.drainOwn`), so a loaded machine costs time, not samples; a sample
+//! that still does not fit is dropped and counted. See `T.java` for the layout.
 
 use crate::cct::{Cct, Metric, NodeId, ROOT};
 use crate::engine::rewriting::{runtime_class, thread_root, RewritingEngine};
@@ -31,7 +32,7 @@ pub struct BytecodeStats {
     pub sampled_bytecodes: AtomicU64,
     /// Samples that found the CCT full.
     pub overflow: AtomicU64,
-    /// Samples a thread dropped because its ring was full (the drain fell behind).
+    /// Samples a thread dropped because its ring was full even after draining it itself.
     pub dropped: AtomicU64,
     /// The bytecodes those samples stood for (still part of the estimated total).
     pub dropped_bytecodes: AtomicU64,
@@ -39,6 +40,8 @@ pub struct BytecodeStats {
     pub threads: AtomicU64,
     /// Samples deeper than the reified stack holds (recorded under `[truncated]`).
     pub truncated: AtomicU64,
+    /// Times a thread found its ring full and drained it itself.
+    pub self_drains: AtomicU64,
 }
 
 impl BytecodeStats {
@@ -51,6 +54,7 @@ impl BytecodeStats {
             &self.dropped_bytecodes,
             &self.threads,
             &self.truncated,
+            &self.self_drains,
         ] {
             c.store(0, Ordering::Relaxed);
         }
@@ -173,6 +177,17 @@ impl Rings {
             // SAFETY: allocated in `allocate` with this layout; its thread is done with it and it is no
             // longer registered, so nothing reads or writes it after this.
             unsafe { std::alloc::dealloc(b.hdr, b.layout) };
+        }
+    }
+
+    /// Adds the published records of the block at `hdr` to the CCT, on its own thread, which found its ring
+    /// full: the drain fell behind (a loaded machine). The thread waits at most for the drain's current pass;
+    /// in return no sample is dropped, so the profile does not depend on how busy the machine is.
+    fn drain_own(&self, hdr: *mut u8, engine: &RewritingEngine) {
+        let mut blocks = lock(&self.blocks);
+        if let Some(b) = blocks.iter_mut().find(|b| b.hdr == hdr) {
+            self.drain_block(b, engine);
+            engine.bytecode.self_drains.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -364,6 +379,7 @@ impl BcRuntime {
             &[
                 ("block", "(III)J", block as *mut c_void),
                 ("release", "(J)V", release as *mut c_void),
+                ("drainOwn", "(J)V", drain_own as *mut c_void),
                 ("threadRoot", "(Ljava/lang/String;)I", thread_root as *mut c_void),
                 ("walk", "(JI)I", super::walk::walk as *mut c_void),
             ],
@@ -465,6 +481,18 @@ unsafe extern "C" fn release(_env: *mut JNIEnv, _class: jclass, hdr: jlong) {
     crate::guard::guard((), || {
         if let Some(engine) = RewritingEngine::get() {
             engine.rings.release(hdr as *mut u8, engine);
+        }
+    })
+}
+
+/// `Bc.drainOwn(long hdr)`: see `Bc.java`.
+///
+/// # Safety
+/// Called by the JVM as a registered native method.
+unsafe extern "C" fn drain_own(_env: *mut JNIEnv, _class: jclass, hdr: jlong) {
+    crate::guard::guard((), || {
+        if let Some(engine) = RewritingEngine::get() {
+            engine.rings.drain_own(hdr as *mut u8, engine);
         }
     })
 }

@@ -238,7 +238,9 @@ public final class Bc {
      * resumes its walk of the tree there: Komorium's path cache), {@code n} the entries recorded and
      * {@code depth} the true depth (more than {@code n} when the stack was deeper than its capacity). The words
      * go in order, then the published offset: the agent reads a record only once it is published. A full ring
-     * drops the sample and counts it.
+     * (the drain fell behind: a loaded machine) is drained by its thread into the tree before the record goes
+     * in, so no sample is lost and the profile stays the same on a busy machine; only a ring the agent no
+     * longer knows drops the sample and counts it.
      */
     private static void record(T t, long st, int cap, int depth, int leaf, long weight) {
         int n = depth < 0 ? 0 : depth < cap ? depth : cap;
@@ -252,6 +254,9 @@ public final class Bc {
         int mask = t.mask;
         int w = t.w;
         int bytes = (6 + n - k) << 2;
+        if (w - U.getInt(hdr + 64) + bytes > mask + 1) {
+            drainOwn(hdr);
+        }
         if (w - U.getInt(hdr + 64) + bytes > mask + 1) {
             U.putInt(hdr + 4, ++t.dropped);
             // The bytecodes it stood for still count in the estimated total.
@@ -444,6 +449,9 @@ public final class Bc {
 
     /** The thread is done with its block: the agent drains it and frees it. */
     private static native void release(long hdr);
+
+    /** The thread's ring is full: the agent adds its published records to the tree now, on this thread. */
+    private static native void drainOwn(long hdr);
 
     /** stack=walk: writes the calling context of the innermost rewritten frame on this thread's stack (the
      *  method sampling), as the reified stack would hold it, into the {@code cap} entries at {@code stack},
