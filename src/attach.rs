@@ -150,15 +150,20 @@ pub(crate) fn prepare(pid: u32) -> Result<Prepared, Failure> {
 /// Refuses targets that must not get SIGQUIT: not a JVM, not handling it, attach disabled, still starting.
 fn check_signal_safe(target: &Target, pidfd: &OwnedFd) -> Result<(), String> {
     let pid = target.pid;
+    let perf = target.perfdata();
     match target.maps_libjvm() {
         Ok(true) => {}
+        Ok(false) if target.still_starting(perf.as_ref()) => {
+            return Err(format!(
+                "pid {pid} is a java launcher that has not loaded the JVM yet (still starting); try again in a moment"
+            ))
+        }
         Ok(false) => {
             return Err(format!("pid {pid} ({}) is not a JVM (no libjvm.so mapped); not signalled", target.name))
         }
         Err(_) if sys::pidfd_exited(pidfd) => return Err(format!("pid {pid} exited")),
         Err(e) => return Err(format!("cannot tell whether pid {pid} is a JVM (/proc/{pid}/maps: {e}); not signalled")),
     }
-    let perf = target.perfdata();
     let options = target.jvm_options();
     if perf.as_ref().and_then(|p| p.attach_supported()) == Some(false)
         || target::bool_flag(&options, "DisableAttachMechanism") == Some(true)
@@ -173,7 +178,7 @@ fn check_signal_safe(target: &Target, pidfd: &OwnedFd) -> Result<(), String> {
              would kill it; not signalled"
         ));
     }
-    if perf.as_ref().and_then(|p| p.started()) == Some(false) {
+    if target.still_starting(perf.as_ref()) {
         return Err(format!("pid {pid} is a JVM that is still starting; try again in a moment"));
     }
     match target.sigquit {
@@ -468,10 +473,7 @@ pub(crate) fn jvms() -> Result<Vec<Jvm>, Failure> {
 fn looks_like_jvm(target: &Target) -> bool {
     match target.maps_libjvm() {
         Ok(found) => found,
-        Err(_) => {
-            target.perfdata().is_some()
-                || target.cmdline().first().is_some_and(|a| Path::new(a).file_name().is_some_and(|n| n == "java"))
-        }
+        Err(_) => target.perfdata().is_some() || target.is_java_launcher(),
     }
 }
 

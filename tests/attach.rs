@@ -299,6 +299,43 @@ fn attach_into_a_container_dump_stop_and_the_service_keeps_its_speed() {
     });
 }
 
+/// A JVM attached from its first milliseconds on, as a script that starts it and attaches at once does:
+/// until it can take an agent, every attempt is refused as still starting (a launcher that has not loaded
+/// the VM yet, a VM that has not written its counters yet, one whose counters say it is starting) and the
+/// JVM is not signalled: HotSpot catches SIGQUIT some milliseconds before it writes its counters, and a
+/// SIGQUIT then started no attach listener (kprof waited 5 s for it, and refused). Twenty JVMs per JDK,
+/// the first attempt 0, 1, ... 19 ms after the launcher starts, so that one falls in each moment of the
+/// start-up.
+#[test]
+fn a_jvm_attached_from_its_first_millisecond_is_refused_as_starting_until_it_is_attached() {
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("attach-early-{}", jdk.label()));
+        for round in 0..20 {
+            let mut cmd = Command::new(jdk.java());
+            cmd.arg("-cp").arg(harness_classes()).arg(SERVICE);
+            let service = Background::spawn(cmd);
+            std::thread::sleep(Duration::from_millis(round));
+            let pid = service.child.id().to_string();
+            let opts = format!("interval=10ms,file={}", dir.join(format!("r{round}.collapsed")).display());
+            let start = Instant::now();
+            let mut refusals = 0;
+            loop {
+                let run = kprof_at(&kprof_bin(), None, &["attach", &pid, &opts]);
+                if run.status.success() {
+                    break;
+                }
+                let line = one_line_error(&run, "still starting");
+                refusals += 1;
+                assert!(start.elapsed() < Duration::from_secs(60), "{} round {round}: {line}", jdk.label());
+            }
+            let stop = kprof_at(&kprof_bin(), None, &["stop", &pid]);
+            assert!(stop.status.success(), "{} round {round}: {}", jdk.label(), stop.stderr);
+            assert!(!service.stdout().contains("Full thread dump"), "{} round {round}: SIGQUIT dumped", jdk.label());
+            eprintln!("{} round {round}: attached after {refusals} refusals, {:?}", jdk.label(), start.elapsed());
+        }
+    });
+}
+
 #[test]
 fn a_process_that_is_not_a_jvm_is_refused_and_never_signalled() {
     let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();

@@ -18,6 +18,17 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Clock ticks per second, the unit of /proc's process times (100 where it cannot be read).
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf takes a constant name and only returns a value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as u64
+    } else {
+        100
+    }
+}
+
 /// A descriptor for process `pid` (as this process sees it). Signals sent through it reach that
 /// process or fail with ESRCH once it has exited, even if the number is reused.
 pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {

@@ -6,10 +6,15 @@
 use super::creds::Credentials;
 use super::inside::TargetFs;
 use super::perfdata::PerfData;
+use super::sys;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a JVM without counters may still be starting (see [`Target::still_starting`]).
+pub const STARTING_AT_MOST: Duration = Duration::from_secs(10);
 
 /// What a process does on SIGQUIT.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -143,6 +148,51 @@ impl Target {
     pub fn maps_libjvm(&self) -> io::Result<bool> {
         let maps = fs::read_to_string(self.proc_dir.join("maps"))?;
         Ok(maps.lines().any(|l| l.ends_with("/libjvm.so")))
+    }
+
+    /// Whether the process is a `java` launcher (its program is named `java`, or it maps the launcher's
+    /// libjli.so), with or without a VM loaded yet.
+    pub fn is_java_launcher(&self) -> bool {
+        let named_java = self.cmdline().first().is_some_and(|a| Path::new(a).file_name().is_some_and(|n| n == "java"));
+        named_java
+            || fs::read_to_string(self.proc_dir.join("maps"))
+                .is_ok_and(|maps| maps.lines().any(|l| l.ends_with("/libjli.so")))
+    }
+
+    /// How long ago the process started (/proc/PID/stat's start time against /proc/uptime).
+    pub fn age(&self) -> Option<Duration> {
+        let stat = fs::read_to_string(self.proc_dir.join("stat")).ok()?;
+        // Fields after the command name (which may hold spaces and parentheses): state is field 3, the
+        // start time in clock ticks after boot field 22.
+        let start_ticks: u64 = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()?;
+        let uptime: f64 = fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+        let started = start_ticks as f64 / sys::clock_ticks_per_second() as f64;
+        Some(Duration::from_secs_f64((uptime - started).max(0.0)))
+    }
+
+    /// Whether the process is a JVM still starting, as far as can be seen from outside: its counters say
+    /// it has not finished creating the VM; or, younger than [`STARTING_AT_MOST`], it has no counters yet
+    /// although it keeps them, or it is a `java` launcher that has not loaded the VM yet. HotSpot catches
+    /// SIGQUIT some milliseconds before it writes its counters file (measured: 5–9 ms after exec, the file
+    /// 1–2 ms later on an idle machine), and a SIGQUIT then starts no attach listener. Older than that, a
+    /// missing file is taken for a VM without counters (an option not seen from outside, ids of another
+    /// user namespace), so that no JVM is refused for ever. `perf`: [`Target::perfdata`].
+    pub fn still_starting(&self, perf: Option<&PerfData>) -> bool {
+        if let Some(started) = perf.and_then(PerfData::started) {
+            return !started;
+        }
+        if self.age().is_some_and(|age| age >= STARTING_AT_MOST) {
+            return false;
+        }
+        match self.maps_libjvm() {
+            Ok(true) => {
+                let options = self.jvm_options();
+                bool_flag(&options, "UsePerfData") != Some(false)
+                    && bool_flag(&options, "PerfDisableSharedMem") != Some(true)
+            }
+            Ok(false) => self.is_java_launcher(),
+            Err(_) => false,
+        }
     }
 
     /// The process's performance counters file, if it has one and it is readable: `/tmp/hsperfdata_<its
@@ -361,6 +411,12 @@ SigIgn:\t0000000000000000\nSigCgt:\t2000000181005ccf\n";
         assert_eq!(me.ns_uid, me.creds.uid, "same user namespace: the same uid");
         assert!(me.shares_mounts());
         assert!(!me.maps_libjvm().unwrap());
+        assert!(!me.is_java_launcher());
+        assert!(!me.still_starting(None), "not a JVM, not a launcher");
+        // Started with this test binary: some time ago, less than the suite's budget.
+        let age = me.age().unwrap();
+        assert!(age < Duration::from_secs(5400), "{age:?}");
+        assert!(Target::read(1).unwrap().age().unwrap() >= age, "init started before this process");
         assert!(Target::read(u32::MAX - 1).unwrap_err().contains("no process"));
     }
 

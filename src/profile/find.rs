@@ -3,7 +3,6 @@
 use super::args::bad;
 use super::INTERRUPTED;
 use crate::attach::{self, Failure};
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -59,20 +58,10 @@ pub(super) fn wait_until_started(pid: u32, timeout: Duration) {
     let start = Instant::now();
     while start.elapsed() < timeout && !INTERRUPTED.load(Ordering::SeqCst) {
         let Ok(target) = attach::target::Target::read(pid) else { return };
+        // Without counters (-XX:-UsePerfData) a VM has started once it handles SIGQUIT.
         let handles_sigquit = target.sigquit == attach::target::SigquitDisposition::Caught;
-        let starting = match target.perfdata().and_then(|p| p.started()) {
-            Some(started) => !started,
-            // No counters: a VM started with -XX:-UsePerfData (started once it handles SIGQUIT), or one that
-            // has not made its counters file yet (HotSpot makes it early in its start-up), or a launcher
-            // that has not loaded the VM yet.
-            None => match target.maps_libjvm() {
-                Ok(true) if attach::target::bool_flag(&target.jvm_options(), "UsePerfData") == Some(false) => {
-                    !handles_sigquit
-                }
-                Ok(true) => true,
-                _ => target.cmdline().first().is_some_and(|a| Path::new(a).file_name().is_some_and(|n| n == "java")),
-            },
-        };
+        let starting = target.still_starting(target.perfdata().as_ref())
+            || (!handles_sigquit && target.maps_libjvm().unwrap_or(false));
         if !starting {
             return;
         }
