@@ -365,6 +365,9 @@ fn another_users_jvm_and_bad_options_are_refused_with_the_target_unharmed() {
         let (service, pid) = start_service(jdk, &[], &[]);
         let p = pid.to_string();
         let socket = PathBuf::from(format!("/tmp/.java_pid{pid}"));
+        // A listener socket an earlier, killed JVM with this pid left (pids are reused) is not this JVM's:
+        // this one has not been signalled, so the file says nothing yet about what kprof does to it.
+        let _ = std::fs::remove_file(&socket);
         let since = Instant::now();
 
         // Bad options: refused before the target is touched (no attach listener was started).
@@ -380,6 +383,21 @@ fn another_users_jvm_and_bad_options_are_refused_with_the_target_unharmed() {
 
         // No agent loaded yet.
         one_line_error(&kprof_at(&kprof_bin(), None, &["stop", &p]), "no kprof agent");
+        // No agent, but the socket file an exited process with this pid left (pids are reused: CI's
+        // containers reuse them within one run): still "no agent", and the attach below replaces it.
+        let agent_dir = PathBuf::from("/tmp/.kprof-0");
+        if !agent_dir.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().mode(0o700).create(&agent_dir).unwrap();
+        }
+        let stale = agent_dir.join(format!("{pid}.sock"));
+        let _ = std::fs::remove_file(&stale);
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        assert!(stale.exists());
+        for command in ["stop", "status"] {
+            let line = one_line_error(&kprof_at(&kprof_bin(), None, &[command, &p]), "no kprof agent");
+            assert!(line.contains("stale socket"), "{line}");
+        }
 
         // kprof as nobody against root's JVM.
         for args in [vec!["attach", &p, "interval=1ms"], vec!["status", &p], vec!["stop", &p]] {

@@ -73,8 +73,12 @@ pub fn connect(target: &Target) -> Result<UnixStream, String> {
         Some((_, e)) if e.kind() == io::ErrorKind::NotFound => {
             format!("no kprof agent in pid {} (no {inside} in its namespace); load one with `kprof attach`", target.pid)
         }
+        // Nothing listens on the file: a live agent's full queue makes a connect wait, never refuse. The
+        // file is left by an exited process that had this pid (containers reuse pids); an agent loaded
+        // later replaces it.
         Some((path, e)) if e.kind() == io::ErrorKind::ConnectionRefused => format!(
-            "the kprof agent of pid {} does not answer on {path} (a stale socket of an exited JVM?)",
+            "no kprof agent in pid {} ({path} is a stale socket: nothing listens on it, an exited process with \
+             the same pid left it); load one with `kprof attach`",
             target.pid
         ),
         Some((path, e)) if e.kind() == io::ErrorKind::PermissionDenied => {
