@@ -337,6 +337,29 @@ fn a_jvm_attached_from_its_first_millisecond_is_refused_as_starting_until_it_is_
 }
 
 #[test]
+fn the_counters_file_an_exited_jvm_left_under_a_reused_pid_is_not_the_targets() {
+    require_root();
+    for_each_jdk(|jdk| {
+        // A JVM that cannot be attached writes its counters (they say so), and is killed: its file stays.
+        let (gone, gone_pid) = start_service(jdk, &["-XX:+DisableAttachMechanism"], &[]);
+        let counters = std::fs::read(format!("/tmp/hsperfdata_root/{gone_pid}")).unwrap();
+        drop(gone);
+        // Its pid comes round again for another JVM (one without counters of its own, so that the file
+        // stays as the exited JVM left it): the reuse is staged by copying the file to the new pid.
+        std::thread::sleep(Duration::from_millis(1500));
+        let (service, pid) = start_service(jdk, &["-XX:-UsePerfData"], &[]);
+        let planted = PathBuf::from(format!("/tmp/hsperfdata_root/{pid}"));
+        std::fs::write(&planted, &counters).unwrap();
+        let p = pid.to_string();
+        let attach = kprof_at(&kprof_bin(), None, &["attach", &p, "interval=1ms"]);
+        let _ = std::fs::remove_file(&planted);
+        assert_eq!(fields(&attach)["state"], "running", "{}", jdk.label());
+        fields(&kprof_at(&kprof_bin(), None, &["stop", &p]));
+        assert!(!service.stdout().contains("Full thread dump"), "the JVM printed a thread dump");
+    });
+}
+
+#[test]
 fn a_process_that_is_not_a_jvm_is_refused_and_never_signalled() {
     let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
     let pid = sleeper.id().to_string();

@@ -7,6 +7,7 @@
 //! data offset) followed by the name and the data. Strings are byte vectors ('B'), counters longs ('J').
 
 use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One counter's value.
 #[derive(Clone, PartialEq, Debug)]
@@ -104,6 +105,13 @@ impl PerfData {
     /// when it was started with -XX:+DisableAttachMechanism. `None` if the counter is missing.
     pub fn attach_supported(&self) -> Option<bool> {
         self.text("sun.rt.jvmCapabilities").and_then(|c| c.chars().next()).map(|c| c == '1')
+    }
+
+    /// When the VM began to start (`sun.rt.createVmBeginTime`, milliseconds since the epoch). `None` if
+    /// the counter is missing.
+    pub fn began_at(&self) -> Option<SystemTime> {
+        let ms = u64::try_from(self.long("sun.rt.createVmBeginTime")?).ok()?;
+        UNIX_EPOCH.checked_add(Duration::from_millis(ms))
     }
 
     /// Whether the VM finished starting (`sun.rt.createVmEndTime` set). `None` if the counter is missing.

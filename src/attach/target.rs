@@ -11,10 +11,16 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// How long a JVM without counters may still be starting (see [`Target::still_starting`]).
 pub const STARTING_AT_MOST: Duration = Duration::from_secs(10);
+
+/// How much earlier than the process's start (as /proc gives it, in clock ticks) a counters file's VM may
+/// say it began and still be the process's own: the start time's tick and the clocks' reading. A file
+/// whose VM began earlier is an exited process's with the same pid (pids are reused; a killed JVM leaves
+/// its file): its pid came round again through every other pid in between, which takes far longer.
+const COUNTERS_BEFORE_START_AT_MOST: Duration = Duration::from_secs(1);
 
 /// What a process does on SIGQUIT.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -159,6 +165,11 @@ impl Target {
                 .is_ok_and(|maps| maps.lines().any(|l| l.ends_with("/libjli.so")))
     }
 
+    /// When the process started, by the wall clock (its age subtracted from now).
+    pub fn started_at(&self) -> Option<SystemTime> {
+        SystemTime::now().checked_sub(self.age()?)
+    }
+
     /// How long ago the process started (/proc/PID/stat's start time against /proc/uptime).
     pub fn age(&self) -> Option<Duration> {
         let stat = fs::read_to_string(self.proc_dir.join("stat")).ok()?;
@@ -196,7 +207,8 @@ impl Target {
     }
 
     /// The process's performance counters file, if it has one and it is readable: `/tmp/hsperfdata_<its
-    /// user's name>/<nspid>` inside its root, a regular file of its uid.
+    /// user's name>/<nspid>` inside its root, a regular file of its uid whose VM began after the process
+    /// started.
     pub fn perfdata(&self) -> Option<PerfData> {
         /// HotSpot maps `PerfDataMemorySize` (32 KiB by default) from this file.
         const PERFDATA_CAP: u64 = 64 << 20;
@@ -210,9 +222,16 @@ impl Target {
             if file.uid != self.creds.uid {
                 continue;
             }
-            if let Some(p) = PerfData::parse(&file.bytes) {
-                return Some(p);
+            let Some(p) = PerfData::parse(&file.bytes) else { continue };
+            // The file of an exited JVM that had this pid says nothing of this process: before this JVM
+            // writes its own (milliseconds after exec, see `still_starting`), it would say "started" and
+            // give another JVM's flags.
+            if let (Some(began), Some(start)) = (p.began_at(), self.started_at()) {
+                if began + COUNTERS_BEFORE_START_AT_MOST < start {
+                    continue;
+                }
             }
+            return Some(p);
         }
         None
     }
