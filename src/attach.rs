@@ -332,6 +332,9 @@ pub(crate) fn load_agent(
     .map_err(fail)?;
     match reply {
         hotspot::LoadReply::AgentReturned(0) => {}
+        hotspot::LoadReply::AgentReturned(kprof_protocol::control::ATTACHED_BEFORE_LIVE) => {
+            return Err(fail(not_live(pid)))
+        }
         hotspot::LoadReply::AgentReturned(code) => {
             // A loaded agent that refused the session still serves its control socket: asked again there,
             // it answers with the reason, which otherwise only the target's standard error shows.
@@ -360,10 +363,14 @@ pub(crate) fn load_agent(
 /// startup not over) refuses agents then, which is a JVM still starting, to try again in a moment.
 fn not_loaded(pid: u32, lib_path: &str, msg: &str) -> String {
     if msg.contains("only permitted in the live phase") {
-        format!("pid {pid} is a JVM that is still starting (not yet live, so it loads no agent); try again in a moment")
+        not_live(pid)
     } else {
         format!("pid {pid} did not load the agent {lib_path}: {msg}")
     }
+}
+
+fn not_live(pid: u32) -> String {
+    format!("pid {pid} is a JVM that is still starting (not yet live, so it loads no agent); try again in a moment")
 }
 
 /// `kprof start|stop|dump|status PID [...]`: one command to an agent already loaded.

@@ -17,7 +17,7 @@
 
 use super::inside::TargetFs;
 use super::sys;
-use super::target::Target;
+use super::target::{SigquitDisposition, Target};
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -85,6 +85,12 @@ pub fn socket_inside(target: &Target) -> String {
 
 /// How long a connect may wait for a listener whose queue is full.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long kprof waits for the listener socket before it signals once more (at most half the timeout).
+/// A SIGQUIT in a JVM's first milliseconds can start a listener whose socket the VM then removes as a
+/// stale one of an earlier process, as it starts; a second SIGQUIT makes HotSpot, seeing its socket gone,
+/// start the listener again (with the socket there it would print a thread dump: see [`connect`]).
+const SIGNAL_AGAIN_AFTER: Duration = Duration::from_secs(1);
 
 /// Whether a listener socket of the target's user is there (no connection made).
 pub fn listener_present(target: &Target) -> bool {
@@ -176,6 +182,7 @@ pub fn connect(
         _ => format!("cannot signal pid {}: {e}", target.pid),
     })?;
     let start = Instant::now();
+    let mut signalled_again = false;
     loop {
         let last_error = match try_connect(target, &fs) {
             Ok(stream) => {
@@ -186,6 +193,25 @@ pub fn connect(
         };
         if sys::pidfd_exited(pidfd) {
             return Err(format!("pid {} exited while kprof was attaching", target.pid));
+        }
+        // Once, and only while there is no socket at all: a JVM whose listener is up with its socket in
+        // place takes SIGQUIT for a thread dump. (The pidfd says the process is alive, so /proc/PID is
+        // still it.)
+        if !signalled_again
+            && start.elapsed() >= SIGNAL_AGAIN_AFTER.min(timeout / 2)
+            && last_error.kind() == io::ErrorKind::NotFound
+            && Target::read(target.pid).is_ok_and(|now| now.sigquit == SigquitDisposition::Caught)
+        {
+            signalled_again = true;
+            // The socket may have appeared since the check above: look once more, just before the signal.
+            if let Ok(stream) = try_connect(target, &fs) {
+                drop(trigger);
+                return Ok(stream);
+            }
+            sys::pidfd_send_signal(pidfd, libc::SIGQUIT).map_err(|e| match e.raw_os_error() {
+                Some(libc::ESRCH) => format!("pid {} exited", target.pid),
+                _ => format!("cannot signal pid {}: {e}", target.pid),
+            })?;
         }
         if start.elapsed() >= timeout {
             return Err(format!(

@@ -17,6 +17,11 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// What `Agent_OnAttach` returns when the JVM is not live yet (its start-up not over: JDK 17 loads an
+/// agent then, but gives it no JVMTI environment): `kprof attach` reports a JVM still starting, to try
+/// again. JNI's own code for "not attached yet".
+pub const ATTACHED_BEFORE_LIVE: i32 = -2;
+
 /// The directory of the control sockets of user `uid`.
 pub fn socket_dir(uid: u32) -> PathBuf {
     PathBuf::from(format!("/tmp/.kprof-{uid}"))

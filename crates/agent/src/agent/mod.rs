@@ -20,6 +20,7 @@ use crate::frame::FrameId;
 use crate::guard::{guard, print_line, print_out, say};
 use crate::jvmti::bindings::*;
 use crate::jvmti::{JavaVm, Jni, Jvmti};
+use kprof_protocol::control::ATTACHED_BEFORE_LIVE;
 use kprof_protocol::options::{expand_path, help_text, EngineKind, Options};
 use resolve::{NameSources, Resolver};
 use session::Session;
@@ -105,7 +106,14 @@ pub unsafe extern "C" fn Agent_OnAttach(vm: *mut JavaVM, options: *mut c_char, _
                 say(&format!("attached: {}", line.trim_start_matches("ok ")));
                 JNI_OK as jint
             }
-            Err(line) => {
+            Err(AttachRefusal::NotLive) => {
+                print_line(
+                    "kprof: the JVM is still starting (not in its live phase, so no JVMTI environment yet); attach \
+                     again in a moment\n",
+                );
+                ATTACHED_BEFORE_LIVE
+            }
+            Err(AttachRefusal::Other(line)) => {
                 print_line(&format!("{line}\n"));
                 JNI_ERR
             }
@@ -134,7 +142,8 @@ fn on_load(vm: JavaVm, text: Option<&str>) -> Result<(), String> {
             ));
         }
     }
-    let agent = create_agent(vm, &options)?;
+    let jvmti = vm.jvmti(JVMTI_VERSION_1_2).ok_or("kprof: cannot get a JVMTI environment (JVMTI 1.2+ needed)")?;
+    let agent = create_agent(vm, jvmti, &options)?;
     // Engines that need the start-up phase (early class hooks, native method prefixes) are made now.
     for &kind in &options.engines {
         agent.engine(kind, &options, Phase::OnLoad).map_err(|e| format!("kprof: mode={}: {e}", kind.name()))?;
@@ -143,26 +152,39 @@ fn on_load(vm: JavaVm, text: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
-fn on_attach(vm: JavaVm, text: Option<&str>) -> Result<String, String> {
+/// Why `Agent_OnAttach` did not start a session.
+enum AttachRefusal {
+    /// The JVM is not live yet: JVMTI gives no environment before (JDK 17's attach listener, started by
+    /// an early SIGQUIT, loads agents then; later JDKs refuse the load themselves).
+    NotLive,
+    Other(String),
+}
+
+impl From<String> for AttachRefusal {
+    fn from(line: String) -> Self {
+        AttachRefusal::Other(line)
+    }
+}
+
+fn on_attach(vm: JavaVm, text: Option<&str>) -> Result<String, AttachRefusal> {
     let options = parse_options(text)?;
     if options.help {
         return Ok("help printed".into());
     }
-    let jni = vm.jni().ok_or("kprof: the attach thread has no JNI environment")?;
+    let jni = vm.jni().ok_or_else(|| "kprof: the attach thread has no JNI environment".to_string())?;
     let agent = match AGENT.get() {
         Some(a) => a,
-        None => create_agent(vm, &options)?,
+        None => create_agent(vm, vm.jvmti(JVMTI_VERSION_1_2).ok_or(AttachRefusal::NotLive)?, &options)?,
     };
     let result = agent.start_session(jni, options, true);
     if agent.session_control() {
         agent.spawn_control_thread();
     }
-    result
+    Ok(result?)
 }
 
 /// Creates the agent with its JVMTI environment and events.
-fn create_agent(vm: JavaVm, options: &Options) -> Result<&'static Agent, String> {
-    let jvmti = vm.jvmti(JVMTI_VERSION_1_2).ok_or("kprof: cannot get a JVMTI environment (JVMTI 1.2+ needed)")?;
+fn create_agent(vm: JavaVm, jvmti: Jvmti, options: &Options) -> Result<&'static Agent, String> {
     let cct_bytes = options.cct_mb() as usize * 1024 * 1024;
     let cct: &'static Cct =
         Box::leak(Box::new(Cct::with_bytes(cct_bytes).ok_or_else(|| {
