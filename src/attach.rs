@@ -369,7 +369,8 @@ fn not_loaded(pid: u32, lib_path: &str, msg: &str) -> String {
     }
 }
 
-fn not_live(pid: u32) -> String {
+/// The refusal of a JVM whose start-up is not over (it loads no agent yet): one to try again.
+pub(crate) fn not_live(pid: u32) -> String {
     format!("pid {pid} is a JVM that is still starting (not yet live, so it loads no agent); try again in a moment")
 }
 

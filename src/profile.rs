@@ -154,7 +154,23 @@ fn start_session(a: &Args, prepared: &Prepared, pid: u32, options: &str) -> Resu
             );
         }
     } else {
-        attach::load_agent(pid, options, a.lib.as_deref(), a.timeout)?;
+        // A JVM without counters is attached as soon as it catches SIGQUIT, which can be before it is live
+        // (it loads no agent then): tried again until the timeout, as `wait_until_started` waits.
+        let deadline = Instant::now() + a.timeout;
+        loop {
+            match attach::load_agent(pid, options, a.lib.as_deref(), a.timeout) {
+                Err(f) if f.message == attach::not_live(pid) && Instant::now() < deadline => {
+                    if INTERRUPTED.load(Ordering::SeqCst) {
+                        return Err(f);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                result => {
+                    result?;
+                    break;
+                }
+            }
+        }
     }
     Ok(Instant::now())
 }
