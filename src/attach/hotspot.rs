@@ -156,6 +156,14 @@ fn create_trigger(target: &Target, fs: &TargetFs) -> Result<Trigger, String> {
     Err(format!("cannot create the attach trigger file ({})", errors.join("; ")))
 }
 
+/// Sends SIGQUIT through the pidfd (never to a process that took the pid over since).
+fn send_sigquit(target: &Target, pidfd: &OwnedFd) -> Result<(), String> {
+    sys::pidfd_send_signal(pidfd, libc::SIGQUIT).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => format!("pid {} exited", target.pid),
+        _ => format!("cannot signal pid {}: {e}", target.pid),
+    })
+}
+
 /// Connects to the target's attach listener, starting it first if needed (trigger file and SIGQUIT through
 /// `pidfd`). `signal_safe` is the caller's verdict on whether the target may get SIGQUIT (a JVM that
 /// handles it and accepts attach): when it is an error, only a listener already up is used.
@@ -177,10 +185,7 @@ pub fn connect(
         });
     }
     let trigger = create_trigger(target, &fs)?;
-    sys::pidfd_send_signal(pidfd, libc::SIGQUIT).map_err(|e| match e.raw_os_error() {
-        Some(libc::ESRCH) => format!("pid {} exited", target.pid),
-        _ => format!("cannot signal pid {}: {e}", target.pid),
-    })?;
+    send_sigquit(target, pidfd)?;
     let start = Instant::now();
     let mut signalled_again = false;
     loop {
@@ -208,10 +213,7 @@ pub fn connect(
                 drop(trigger);
                 return Ok(stream);
             }
-            sys::pidfd_send_signal(pidfd, libc::SIGQUIT).map_err(|e| match e.raw_os_error() {
-                Some(libc::ESRCH) => format!("pid {} exited", target.pid),
-                _ => format!("cannot signal pid {}: {e}", target.pid),
-            })?;
+            send_sigquit(target, pidfd)?;
         }
         if start.elapsed() >= timeout {
             return Err(format!(
