@@ -99,6 +99,10 @@ fn five_seconds_of_a_running_workload_into_html_and_jfr_by_pid() {
         drop(alone);
 
         let (script, pid) = start_xalan(jdk);
+        // Files an earlier kprof of the same pid left (pids are reused within a run) are not this one's.
+        let agent_dir = format!("/tmp/.kprof-{}", euid());
+        let before: Vec<_> =
+            std::fs::read_dir(&agent_dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
         let started = Instant::now();
         let (run, kprof_pid) = kprof_in_with_pid(
             &dir,
@@ -135,10 +139,11 @@ fn five_seconds_of_a_running_workload_into_html_and_jfr_by_pid() {
 
         // The workload finishes with the result it has alone; nothing is left in the target's directory.
         assert_eq!(result_of(&script), expected, "{}: the workload's output changed", jdk.label());
-        let leftover: Vec<_> = std::fs::read_dir(format!("/tmp/.kprof-{}", euid()))
+        let leftover: Vec<_> = std::fs::read_dir(&agent_dir)
             .unwrap()
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("profile-{kprof_pid}-")))
+            .filter(|e| !before.contains(&e.file_name()))
             .collect();
         assert!(leftover.is_empty(), "{leftover:?}");
     });
