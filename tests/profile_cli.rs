@@ -99,10 +99,16 @@ fn five_seconds_of_a_running_workload_into_html_and_jfr_by_pid() {
         drop(alone);
 
         let (script, pid) = start_xalan(jdk);
-        // Files an earlier kprof of the same pid left (pids are reused within a run) are not this one's.
+        // Files an earlier kprof of the same pid left (pids are reused within a run) are not this one's; a
+        // file this one left is a new inode even under an old name (the agent writes by rename).
         let agent_dir = format!("/tmp/.kprof-{}", euid());
-        let before: Vec<_> =
-            std::fs::read_dir(&agent_dir).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+        let files_in = |dir: &str| -> Vec<(std::ffi::OsString, u64)> {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::read_dir(dir)
+                .map(|d| d.flatten().filter_map(|e| Some((e.file_name(), e.metadata().ok()?.ino()))).collect())
+                .unwrap_or_default()
+        };
+        let before = files_in(&agent_dir);
         let started = Instant::now();
         let (run, kprof_pid) = kprof_in_with_pid(
             &dir,
@@ -139,11 +145,11 @@ fn five_seconds_of_a_running_workload_into_html_and_jfr_by_pid() {
 
         // The workload finishes with the result it has alone; nothing is left in the target's directory.
         assert_eq!(result_of(&script), expected, "{}: the workload's output changed", jdk.label());
-        let leftover: Vec<_> = std::fs::read_dir(&agent_dir)
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("profile-{kprof_pid}-")))
-            .filter(|e| !before.contains(&e.file_name()))
+        assert!(std::path::Path::new(&agent_dir).is_dir(), "{agent_dir} is gone");
+        let leftover: Vec<_> = files_in(&agent_dir)
+            .into_iter()
+            .filter(|(name, _)| name.to_string_lossy().starts_with(&format!("profile-{kprof_pid}-")))
+            .filter(|f| !before.contains(f))
             .collect();
         assert!(leftover.is_empty(), "{leftover:?}");
     });
