@@ -13,7 +13,7 @@
 //! differing frames so far, and a histogram of the differing frames per walk, to `DIR/fpwalk.PID`.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// The chain is not followed further than this.
@@ -24,11 +24,21 @@ struct Chain {
     current: Vec<(usize, usize)>,
     /// The highest address of the thread's stack (0 until read).
     stack_end: usize,
+    /// This thread's counts since it last added them to the shared ones (walks, frames, differing, histogram).
+    counts: [u64; 11],
+    /// `fpdecode`: what a decoder would write out for the context, one entry per frame.
+    ids: Vec<u32>,
 }
 
 thread_local! {
-    static CHAIN: RefCell<Chain> = const { RefCell::new(Chain { previous: Vec::new(), current: Vec::new(), stack_end: 0 }) };
+    static CHAIN: RefCell<Chain> = const {
+        RefCell::new(Chain { previous: Vec::new(), current: Vec::new(), stack_end: 0, counts: [0; 11], ids: Vec::new() })
+    };
 }
+
+/// Walks between two additions of a thread's counts to the shared ones (shared counters touched at every
+/// walk would bounce between the cores and be part of what is measured).
+const FLUSH: u64 = 1 << 14;
 
 static WALKS: AtomicU64 = AtomicU64::new(0);
 static FRAMES: AtomicU64 = AtomicU64::new(0);
@@ -68,7 +78,7 @@ pub(crate) fn probe() {
             c.stack_end = stack_end();
         }
         let end = c.stack_end;
-        let Chain { previous, current, .. } = &mut *c;
+        let Chain { previous, current, ids, counts, .. } = &mut *c;
         current.clear();
         let mut low = fp;
         // Only addresses inside this thread's stack, above the frame before, aligned, are read.
@@ -86,21 +96,82 @@ pub(crate) fn probe() {
             common += 1;
         }
         let differing = a - common;
+        if DECODE {
+            // What a decoder's steady state would do: one look-up by return address per frame that
+            // changed, and the context written out.
+            for &(_, ret) in &current[..differing] {
+                std::hint::black_box(decoded(ret));
+            }
+            fill(ids, a);
+        }
         std::mem::swap(previous, current);
-        let walks = WALKS.fetch_add(1, Ordering::Relaxed) + 1;
-        FRAMES.fetch_add(a as u64, Ordering::Relaxed);
-        DIFFERING.fetch_add(differing as u64, Ordering::Relaxed);
         let bucket = match differing {
             0..=4 => differing,
             5..=8 => 5,
             9..=16 => 6,
             _ => 7,
         };
-        HISTOGRAM[bucket].fetch_add(1, Ordering::Relaxed);
-        if walks & 0x3FFFF == 0 {
-            report(walks);
+        counts[0] += 1;
+        counts[1] += a as u64;
+        counts[2] += differing as u64;
+        counts[3 + bucket] += 1;
+        if counts[0] == FLUSH {
+            let walks = WALKS.fetch_add(FLUSH, Ordering::Relaxed) + FLUSH;
+            FRAMES.fetch_add(counts[1], Ordering::Relaxed);
+            DIFFERING.fetch_add(counts[2], Ordering::Relaxed);
+            for (h, n) in HISTOGRAM.iter().zip(&counts[3..]) {
+                h.fetch_add(*n, Ordering::Relaxed);
+            }
+            *counts = [0; 11];
+            if walks & 0x3FFFF == 0 {
+                report(walks);
+            }
         }
     });
+}
+
+/// `fpdecode` (the variant sets it): each walk also looks up every changed frame in a table keyed by
+/// return address, as a decoder that remembers what it decoded would, and writes a context out.
+const DECODE: bool = false;
+
+/// Slots of the return-address table (a power of two).
+const SLOTS: usize = 1 << 16;
+/// Probes before a return address is given up (not remembered).
+const PROBES: usize = 8;
+
+struct Decoded {
+    keys: Box<[AtomicUsize]>,
+    values: Box<[AtomicU32]>,
+}
+
+/// What the table holds for `ret`, remembering a new value for it if it held none.
+fn decoded(ret: usize) -> u32 {
+    static TABLE: OnceLock<Decoded> = OnceLock::new();
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    let table = TABLE.get_or_init(|| Decoded {
+        keys: (0..SLOTS).map(|_| AtomicUsize::new(0)).collect(),
+        values: (0..SLOTS).map(|_| AtomicU32::new(0)).collect(),
+    });
+    let home = (ret.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) & (SLOTS - 1);
+    for p in 0..PROBES {
+        let slot = (home + p) & (SLOTS - 1);
+        let key = table.keys[slot].load(Ordering::Acquire);
+        if key == ret {
+            return table.values[slot].load(Ordering::Acquire);
+        }
+        if key == 0 && table.keys[slot].compare_exchange(0, ret, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let value = NEXT.fetch_add(1, Ordering::Relaxed);
+            table.values[slot].store(value, Ordering::Release);
+            return value;
+        }
+    }
+    0
+}
+
+/// Writes `n` entries, as assembling a context of that many ids from the decoded frames would.
+fn fill(ids: &mut Vec<u32>, n: usize) {
+    ids.clear();
+    ids.extend((0..n as u32).map(std::hint::black_box));
 }
 
 fn report(walks: u64) {
