@@ -1,6 +1,7 @@
-//! scripts/bytecode-floor's `fpwalk` variant (a measurement, not part of the agent): what a sample's walk of
-//! the frame-pointer chain costs, the first half of a design that would decode only the frames that
-//! changed since the thread's previous sample (docs/BENCHMARKS.md, 2026-11-29, "the frame-pointer chain").
+//! scripts/bytecode-floor's `fpwalk` and `fpdecode` variants (a measurement, not part of the agent): what a
+//! sample's walk of the frame-pointer chain costs, the first half of a design that would decode only the
+//! frames that changed since the thread's previous sample (docs/bytecode.md, "A third way"; the figures in
+//! docs/BENCHMARKS.md, "What a walk from the sample's native call could save at gran=10000").
 //!
 //! `Bc.walk` calls [`probe`] instead of the AsyncGetCallTrace walk and records no context: the variant's
 //! profiles are meaningless, its time is the chain's cost. The build is made with frame pointers
@@ -9,8 +10,9 @@
 //!
 //! Each walk lists (frame pointer, return address) pairs from the top and compares them with the thread's
 //! previous walk from the bottom; the frames above the longest common part are those a decoder would
-//! have to read. With `KPROF_FLOOR_STATS=DIR` it writes, every 2^18 walks, the walks, frames and such
-//! differing frames so far, and a histogram of the differing frames per walk, to `DIR/fpwalk.PID`.
+//! have to read (`fpdecode` also looks each of them up, see [`DECODE`]). With `KPROF_FLOOR_STATS=DIR` it
+//! writes, every 2^18 walks, the walks, frames and such differing frames so far, and a histogram of the
+//! differing frames per walk, to `DIR/fpwalk.PID` (each thread adds its counts every 2^14 walks).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -98,7 +100,8 @@ pub(crate) fn probe() {
         let differing = a - common;
         if DECODE {
             // What a decoder's steady state would do: one look-up by return address per frame that
-            // changed, and the context written out.
+            // changed (kprof's own native frames at the top too, which a decoder would skip), and the
+            // context written out.
             for &(_, ret) in &current[..differing] {
                 std::hint::black_box(decoded(ret));
             }
@@ -131,7 +134,8 @@ pub(crate) fn probe() {
 }
 
 /// `fpdecode` (the variant sets it): each walk also looks up every changed frame in a table keyed by
-/// return address, as a decoder that remembers what it decoded would, and writes a context out.
+/// return address, as a decoder that remembers what it decoded would, and writes a context out. The
+/// table is open addressing over atomic slots, as the walk's method-kind cache (`walk.rs`) is.
 const DECODE: bool = false;
 
 /// Slots of the return-address table (a power of two).
