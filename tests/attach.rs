@@ -619,6 +619,17 @@ fn attach_in_bytecode_mode_rewrites_loaded_classes_and_stop_restores_them() {
         };
         assert_still_reporting(&service, pid, stopped);
         assert!(after >= 0.85 * before, "{}: after stop {after:.0} ops/cpu-s, before {before:.0}", jdk.label());
+
+        // stack=fp follows frame pointers that code compiled without -XX:+PreserveFramePointer does not
+        // keep: refused on this JVM, in one line, and the JVM runs on.
+        let refused = kprof_at(&kprof_bin(), None, &["start", &pid.to_string(), "mode=bytecode,stack=fp"]);
+        assert!(!refused.status.success(), "{}", refused.stdout);
+        let line = refused.stderr.trim();
+        assert!(
+            line.lines().count() == 1 && line.contains("stack=fp") && line.contains("-XX:+PreserveFramePointer"),
+            "{line}"
+        );
+        assert_still_reporting(&service, pid, Instant::now());
     });
 }
 

@@ -434,7 +434,7 @@ fn virtual_threads_have_a_stack_each_reified_or_walked() {
         // The reified stack is the virtual thread's own; a walk must not see the carrier's frames below it:
         // what sits above the first harness frame is the same either way.
         let mut outer_reified = std::collections::BTreeSet::new();
-        for (name, opts) in [("v", "gran=1000"), ("vw", "gran=1000,stack=walk")] {
+        for (name, opts) in [("v", "gran=1000"), ("vw", "gran=1000,stack=walk"), ("vf", "gran=1000,stack=fpcheck")] {
             let (run, file) = profile(jdk, &dir, name, opts, &[one], "kprof.harness.VirtualThreads", &[]);
             assert_eq!(program_output(&run), program_output(&base));
             let stacks = read_collapsed(&file);
@@ -825,7 +825,8 @@ fn samples_split_between_caller_callee_and_leaf_as_their_bytecodes() {
 /// every thousand bytecodes (`gran=1000,rand=0`), so that a count that moves by a few bytecodes moves a
 /// sample; two JVMs at a time, because what broke determinism was a race at JVM start-up that a loaded
 /// machine makes likely (docs/bytecode.md, "Determinism through first-time linkage": before the fix, 6 of
-/// 30 runs on JDK 17 gave another profile).
+/// 30 runs on JDK 17 gave another profile). The last four walk the thread's stack instead (`stack=walk`,
+/// `stack=fp`), which sees the frames of threads started before kprof: the same profile among them.
 #[test]
 fn first_time_linkage_gives_the_same_profile_in_ten_runs() {
     // Method references and lambdas linked inside the profiled methods, records' toString/equals/hashCode,
@@ -841,9 +842,15 @@ fn first_time_linkage_gives_the_same_profile_in_ten_runs() {
                     let both: Vec<_> = (0..2)
                         .map(|k| {
                             let name = format!("r{}", pair * 2 + k);
-                            s.spawn(move || {
-                                profile(jdk, dir, &name, "gran=1000,rand=0", &[], "kprof.harness.Linkage", &[])
-                            })
+                            // The last two pairs walk the thread's stack, with AsyncGetCallTrace and along
+                            // its frame-pointer chain: the same profile as each other (the reified stack's
+                            // but for the frames of threads that ran before kprof started).
+                            let opts = match pair {
+                                3 => "gran=1000,rand=0,stack=walk",
+                                4 => "gran=1000,rand=0,stack=fp",
+                                _ => "gran=1000,rand=0",
+                            };
+                            s.spawn(move || profile(jdk, dir, &name, opts, &[], "kprof.harness.Linkage", &[]))
                         })
                         .collect();
                     both.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
@@ -856,7 +863,8 @@ fn first_time_linkage_gives_the_same_profile_in_ten_runs() {
             assert_eq!(line["rounds"], "3", "{}: {}", jdk.label(), run.stdout);
             assert!(read_collapsed(file).iter().map(|(_, n)| n).sum::<u64>() > 50_000, "{}: few samples", jdk.label());
             assert_eq!(program_output(run0), program_output(run), "{}: the program's output differs", jdk.label());
-            assert_same_profile(&format!("{}: run 0 against run {i}", jdk.label()), (run0, file0), (run, file));
+            let (first, (run0, file0)) = if i < 6 { (0, (run0, file0)) } else { (6, (&runs[6].0, &runs[6].1)) };
+            assert_same_profile(&format!("{}: run {first} against run {i}", jdk.label()), (run0, file0), (run, file));
         }
     });
 }
@@ -892,35 +900,42 @@ fn threads_starting_and_ending_in_an_attached_session_never_deadlock() {
 
 /// stack=walk keeps no reified stack: a sample walks the thread's own stack and keeps the frames of
 /// rewritten methods that call, which are the entries the reified stack holds. So the profiles are the same
-/// byte for byte (the counting is the same), through exceptions too; `stack=auto` walks at coarse
-/// granularities; deeper than `depth`, the outer entries are kept as with the reified stack.
+/// byte for byte (the counting is the same), through exceptions too; `stack=fp`, which reads the same
+/// frames from the frame-pointer chain, gives them too; `stack=auto` walks at coarse granularities; deeper
+/// than `depth`, the outer entries are kept as with the reified stack.
 #[test]
 fn stack_walk_gives_the_profiles_of_the_reified_stack() {
     for_each_jdk(|jdk| {
         let dir = scratch(&format!("bc-walk-{}", jdk.label()));
         for (program, gran) in [("kprof.harness.Deterministic", 10_000), ("kprof.harness.Throwing", 1000)] {
             let mut runs = Vec::new();
-            for stack in ["reified", "walk"] {
+            for stack in ["reified", "walk", "fp"] {
                 let name = format!("{}-{stack}", short(program));
                 let opts = format!("gran={gran},stack={stack}");
                 let (run, file) = profile(jdk, &dir, &name, &opts, &[], program, &[]);
                 assert_eq!(run.summary()["stack"], stack, "{}: {}", jdk.label(), run.stderr);
                 runs.push((run, std::fs::read(&file).unwrap()));
             }
-            let (reified, walk) = (&runs[0], &runs[1]);
+            let reified = &runs[0];
             assert!(reified.1.len() > 1000, "{}: {program}: a small profile", jdk.label());
-            assert_eq!(program_output(&reified.0), program_output(&walk.0));
-            if program.ends_with("Throwing") {
-                // Throwing links string concatenations for the first time inside the profiled code, whose
-                // JDK-side count can still move from run to run whatever the stack: compared on the
-                // harness's frames.
-                let read = |name: &str| read_profile(&dir.join(format!("Throwing-{name}.collapsed"))).unwrap();
-                let overlap = overlap_on_harness(&read("reified"), &read("walk"));
-                assert!(overlap > 99.5, "{}: {program}: overlap {overlap:.2} %", jdk.label());
-                continue;
+            for (stack, other) in ["walk", "fp"].iter().zip(&runs[1..]) {
+                assert_eq!(program_output(&reified.0), program_output(&other.0));
+                if program.ends_with("Throwing") {
+                    // Throwing links string concatenations for the first time inside the profiled code, whose
+                    // JDK-side count can still move from run to run whatever the stack: compared on the
+                    // harness's frames.
+                    let read = |name: &str| read_profile(&dir.join(format!("Throwing-{name}.collapsed"))).unwrap();
+                    let overlap = overlap_on_harness(&read("reified"), &read(stack));
+                    assert!(overlap > 99.5, "{}: {program}: stack={stack}: overlap {overlap:.2} %", jdk.label());
+                    continue;
+                }
+                assert!(
+                    reified.1 == other.1,
+                    "{}: {program}: stack={stack} and stack=reified profiles differ",
+                    jdk.label()
+                );
+                assert_eq!(reified.0.summary()["bytecodes"], other.0.summary()["bytecodes"], "{}", jdk.label());
             }
-            assert!(reified.1 == walk.1, "{}: {program}: stack=walk and stack=reified profiles differ", jdk.label());
-            assert_eq!(reified.0.summary()["bytecodes"], walk.0.summary()["bytecodes"], "{}", jdk.label());
         }
         // auto walks from gran=100000 up (and gives the reified stack's profile there too).
         let program = "kprof.harness.Deterministic";
@@ -944,6 +959,54 @@ fn stack_walk_gives_the_profiles_of_the_reified_stack() {
                 assert_eq!(s.len(), 302, "{}: one frame below [truncated]: {:?}", jdk.label(), &s[at..]);
                 assert!(s[..at].iter().skip(1).all(|f| f.contains("Deep.down(")), "{}", jdk.label());
             }
+        }
+    });
+}
+
+/// stack=fp reads each sample's context from the thread's frame-pointer chain, decoding only the frames
+/// that changed since its previous sample; `stack=fpcheck` also walks as `stack=walk` does and counts the
+/// samples where the two contexts differ. None may, on programs that link call sites for the first time,
+/// throw through rewritten frames, recurse past `depth`, run virtual threads, and call Java back from JNI
+/// code that keeps no frame pointer (whose samples go to the walk: `left_to_walk`), every rewritten class
+/// verified. Most samples must come from the chain without a walk.
+#[test]
+fn stack_fp_gives_the_walks_contexts() {
+    let Some(lib) = option_env!("KPROF_HARNESS_JNI_LIB") else {
+        panic!("the harness JNI library was not built (no C compiler at build time)");
+    };
+    let prop = format!("-Dkprof.harness.jni={lib}");
+    for_each_jdk(|jdk| {
+        let dir = scratch(&format!("bc-fp-{}", jdk.label()));
+        let mut cases: Vec<(&str, &str, Vec<&str>, Vec<&str>)> = vec![
+            ("kprof.harness.Deterministic", "gran=1000", vec![], vec![]),
+            ("kprof.harness.Throwing", "gran=1000", vec![], vec![]),
+            ("kprof.harness.Linkage", "gran=1000", vec![], vec![]),
+            ("kprof.harness.Deep", "gran=10000,depth=300", vec![], vec!["1000", "0.3"]),
+            ("kprof.harness.NativeCallbacks", "gran=1000", vec![prop.as_str()], vec![]),
+        ];
+        if jdk.version >= 21 {
+            cases[4].2.push("--enable-native-access=ALL-UNNAMED");
+        }
+        for (main, opts, jvm, args) in &cases {
+            let label = format!("{}: {main} {opts}", jdk.label());
+            let base = run_verified(jdk, None, jvm, main, args);
+            base.assert_ok();
+            let (run, _) = profile(jdk, &dir, short(main), &format!("{opts},stack=fpcheck"), jvm, main, args);
+            assert_eq!(program_output(&run), program_output(&base), "{label}");
+            let s = run.summary();
+            let n = |k: &str| s[k].parse::<u64>().unwrap_or_else(|_| panic!("{label}: {k}={}", s[k]));
+            assert_eq!(s["stack"], "fp", "{label}");
+            assert_eq!(n("fp_mismatches"), 0, "{label}: {}", run.stderr);
+            let (samples, walked, left) = (n("samples"), n("fp_walked"), n("left_to_walk"));
+            assert!(samples > 1000, "{label}: {samples} samples");
+            let from_chain = samples - walked - left;
+            if main.ends_with("NativeCallbacks") {
+                assert!(left > 100, "{label}: {left} samples left to the walk");
+            }
+            // Linkage runs mostly code the JIT has not compiled yet (interpreter frames are placed by a walk).
+            let share = if main.ends_with("Linkage") { 4 } else { 2 };
+            assert!(from_chain * share > samples, "{label}: {from_chain} of {samples} samples from the chain alone");
+            eprintln!("{label}: {from_chain} of {samples} from the chain, {walked} also walked, {left} left to walk");
         }
     });
 }
@@ -1040,7 +1103,8 @@ fn checks_at_loops_only_count_the_same_with_fewer_checks() {
     });
 }
 
-/// Java called back from native code, under stack=walk: the contexts of the native-callback test, and
+/// Java called back from native code, under stack=walk and stack=fp (which leaves the samples taken under
+/// native code that may keep no frame pointer to the walk): the contexts of the native-callback test, and
 /// one the reified stack cannot give: code that native code calls after it caught an exception thrown
 /// through rewritten frames sits below the frames still on the thread's stack (main → chain, then the
 /// native method, which is not rewritten), not below the frames the exception unwound.
@@ -1056,24 +1120,34 @@ fn stack_walk_keeps_contexts_through_native_code() {
         if jdk.version >= 21 {
             jvm.push("--enable-native-access=ALL-UNNAMED");
         }
-        let (run, file) = profile(jdk, &dir, "n", "gran=1000,stack=walk", &jvm, "kprof.harness.NativeCallbacks", &[]);
-        assert!(run.stdout.contains("jni=on"), "{}", run.stdout);
-        let stacks = read_collapsed(&file);
-        let mut up: Vec<String> = ["NativeCallbacks.main", "NativeCallbacks.chain"].map(String::from).to_vec();
-        up.extend(vec!["NativeCallbacks.up".to_string(); 7]);
-        up.push("NativeCallbacks.work".into());
-        let path = |p: &[&str]| p.iter().map(|f| format!("NativeCallbacks.{f}")).collect::<Vec<_>>();
-        for (leaf, expected) in [
-            ("NativeCallbacks.work", up),
-            ("NativeCallbacks.afterThrow", path(&["main", "chain", "afterThrow"])),
-            ("NativeCallbacks.reflected", path(&["main", "viaReflection", "reflected"])),
-            ("NativeCallbacks.afterCatch", path(&["main", "chain", "afterCatch"])),
-        ] {
-            let paths = app_paths_with(&stacks, leaf);
-            let n: u64 = paths.iter().map(|(_, n)| n).sum();
-            assert!(n > 100, "{}: {n} samples in {leaf}", jdk.label());
-            for (p, _) in paths {
-                assert_eq!(p, expected, "{}: {leaf} under the wrong context", jdk.label());
+        for stack in ["walk", "fp"] {
+            let (run, file) = profile(
+                jdk,
+                &dir,
+                stack,
+                &format!("gran=1000,stack={stack}"),
+                &jvm,
+                "kprof.harness.NativeCallbacks",
+                &[],
+            );
+            assert!(run.stdout.contains("jni=on"), "{}", run.stdout);
+            let stacks = read_collapsed(&file);
+            let mut up: Vec<String> = ["NativeCallbacks.main", "NativeCallbacks.chain"].map(String::from).to_vec();
+            up.extend(vec!["NativeCallbacks.up".to_string(); 7]);
+            up.push("NativeCallbacks.work".into());
+            let path = |p: &[&str]| p.iter().map(|f| format!("NativeCallbacks.{f}")).collect::<Vec<_>>();
+            for (leaf, expected) in [
+                ("NativeCallbacks.work", up),
+                ("NativeCallbacks.afterThrow", path(&["main", "chain", "afterThrow"])),
+                ("NativeCallbacks.reflected", path(&["main", "viaReflection", "reflected"])),
+                ("NativeCallbacks.afterCatch", path(&["main", "chain", "afterCatch"])),
+            ] {
+                let paths = app_paths_with(&stacks, leaf);
+                let n: u64 = paths.iter().map(|(_, n)| n).sum();
+                assert!(n > 100, "{}: stack={stack}: {n} samples in {leaf}", jdk.label());
+                for (p, _) in paths {
+                    assert_eq!(p, expected, "{}: stack={stack}: {leaf} under the wrong context", jdk.label());
+                }
             }
         }
     });

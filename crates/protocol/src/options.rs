@@ -166,6 +166,13 @@ pub enum StackMode {
     /// Rewritten methods keep no stack; a sample walks the thread's own stack and keeps the frames of
     /// rewritten methods, which are the ones the reified stack would hold.
     Walk,
+    /// Rewritten methods keep no stack; a sample follows the thread's frame-pointer chain (with
+    /// `-XX:+PreserveFramePointer`) and decodes only the frames that changed since its previous sample,
+    /// by their return addresses; what it cannot place, it walks as `Walk` does.
+    Fp,
+    /// `Fp` that also takes every context as `Walk` does, keeps that one and counts the samples where the
+    /// two differ (a check of `Fp` on a given JVM and program).
+    FpCheck,
     /// Walk from [`AUTO_WALK_GRAN`] up (samples rare enough that walking costs less than the upkeep),
     /// reified below and with `callsite=on`.
     Auto,
@@ -181,10 +188,23 @@ pub const AUTO_MAXPATH_GRAN_DIVISOR: u32 = 100;
 pub const MAXPATH_MAX: u32 = 65_535;
 
 impl StackMode {
+    /// The option's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            StackMode::Reified => "reified",
+            StackMode::Walk => "walk",
+            StackMode::Fp => "fp",
+            StackMode::FpCheck => "fpcheck",
+            StackMode::Auto => "auto",
+        }
+    }
+
     pub fn parse(s: &str) -> Option<StackMode> {
         match s {
             "reified" => Some(StackMode::Reified),
             "walk" => Some(StackMode::Walk),
+            "fp" => Some(StackMode::Fp),
+            "fpcheck" => Some(StackMode::FpCheck),
             "auto" => Some(StackMode::Auto),
             _ => None,
         }
@@ -266,10 +286,11 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
     ("callsite", "on | off", "off (bytecode), on (exact)", "bytecode/exact: keep calls from different callsites apart"),
     (
         "stack",
-        "reified | walk | auto",
+        "reified | walk | fp | fpcheck | auto",
         "auto",
         "bytecode: the sample's context from a stack kept by rewritten code, or from the thread's own stack \
-         (auto: walk from gran=100000 up, when callsite=off)",
+         (walk: AsyncGetCallTrace; fp: its frame-pointer chain, with -XX:+PreserveFramePointer; fpcheck: fp \
+         checked against walk; auto: walk from gran=100000 up, when callsite=off)",
     ),
     (
         "count",
@@ -535,12 +556,12 @@ impl Options {
                 o.mode_name()
             )));
         }
-        if o.stack == StackMode::Walk && o.callsite && o.has(EngineKind::Bytecode) {
-            return Err(OptionError(
-                "kprof: bad option 'stack=walk': callsite=on needs stack=reified (a walked frame's position is \
-                 in rewritten code); accepted with callsite=on: reified | auto"
-                    .into(),
-            ));
+        if o.stack != StackMode::Reified && o.stack != StackMode::Auto && o.callsite && o.has(EngineKind::Bytecode) {
+            return Err(OptionError(format!(
+                "kprof: bad option 'stack={}': callsite=on needs stack=reified (a walked frame's position is \
+                 in rewritten code); accepted with callsite=on: reified | auto",
+                o.stack.name()
+            )));
         }
         if o.live && !o.has(EngineKind::Alloc) {
             return Err(OptionError(format!(
@@ -594,9 +615,14 @@ impl Options {
     pub fn stack_walks(&self) -> bool {
         match self.stack {
             StackMode::Reified => false,
-            StackMode::Walk => true,
+            StackMode::Walk | StackMode::Fp | StackMode::FpCheck => true,
             StackMode::Auto => !self.callsite && self.gran >= AUTO_WALK_GRAN,
         }
+    }
+
+    /// Bytecode mode follows the thread's frame-pointer chain (`stack=fp` or `stack=fpcheck`).
+    pub fn stack_fp(&self) -> bool {
+        matches!(self.stack, StackMode::Fp | StackMode::FpCheck)
     }
 
     /// Whether the dotted class name `class` is to be rewritten under `include=`/`exclude=`.

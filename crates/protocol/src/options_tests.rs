@@ -73,6 +73,7 @@ fn every_kind_of_bad_option_gives_one_line_naming_it() {
         ("checks=calls2", "'checks=calls2'"),
         ("stack=", "'stack='"),
         ("mode=bytecode,stack=walk,callsite=on", "'stack=walk'"),
+        ("mode=bytecode,stack=fp,callsite=on", "'stack=fp'"),
         ("include=", "'include='"),
         ("interval=5", "'interval=5'"),
         ("interval=1us", "'interval=1us'"),
@@ -142,6 +143,8 @@ fn engines_combine_with_plus() {
     assert!(walks("mode=bytecode,gran=1000000"));
     assert!(!walks("mode=bytecode,gran=1000000,callsite=on"), "callsites need the reified stack");
     assert!(walks("mode=bytecode,stack=walk"));
+    assert!(walks("mode=bytecode,stack=fp"));
+    assert!(walks("mode=bytecode,stack=fpcheck"));
     assert!(!walks("mode=bytecode,gran=1000000,stack=reified"));
     assert_eq!(Options::parse(Some("mode=exact")).unwrap().effective_metric(), Metric::Calls);
     assert_eq!(Options::parse(Some("mode=bytecode")).unwrap().effective_metric(), Metric::BytecodeSamples);

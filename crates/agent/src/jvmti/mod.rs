@@ -194,6 +194,12 @@ impl Jvmti {
         check(call!(self, SetEventNotificationMode, mode, event, ptr::null_mut::<_jobject>()))
     }
 
+    /// Sends the events of `event` for what already exists (compiled methods, generated code), on the
+    /// calling thread, as if it had just been made.
+    pub fn generate_events(self, event: jvmtiEvent) -> JvmtiResult<()> {
+        check(call!(self, GenerateEvents, event))
+    }
+
     pub fn deallocate(self, p: *mut u8) {
         if !p.is_null() {
             call!(self, Deallocate, p);

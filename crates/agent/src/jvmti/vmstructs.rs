@@ -150,10 +150,28 @@ pub fn thread_offsets() -> ThreadOffsets {
     out
 }
 
+/// Where the code cache's static fields `CodeCache::_low_bound` and `CodeCache::_high_bound` are: every
+/// piece of code the JVM generates (interpreter, stubs, compiled methods) lies between the two addresses
+/// they hold once the code cache is set up. None where the table does not have them.
+pub fn code_cache_bound_fields() -> Option<(usize, usize)> {
+    let (mut low, mut high) = (None, None);
+    find_entry(|e| {
+        match (e.type_name, e.field_name, e.is_static) {
+            (b"CodeCache", b"_low_bound", true) => low = Some(e.address as usize),
+            (b"CodeCache", b"_high_bound", true) => high = Some(e.address as usize),
+            _ => {}
+        }
+        low.is_some() && high.is_some()
+    });
+    Some((low.filter(|&a| a != 0)?, high.filter(|&a| a != 0)?))
+}
+
 /// A boolean `-XX:` flag of the running JVM, found in HotSpot's flag table.
 #[derive(Clone, Copy, Debug)]
 pub struct BoolFlag {
     value: *mut u8,
+    /// The low byte of the flag's `_flags`, whose low four bits are the value's origin.
+    origin: *mut u8,
     /// The value is the JVM's default, not one a command line, file or tool set.
     pub default_origin: bool,
 }
@@ -173,6 +191,17 @@ impl BoolFlag {
     pub fn set(&self, on: bool) {
         // SAFETY: as in `get`; a one-byte store is atomic on every platform HotSpot runs on.
         unsafe { self.value.write_volatile(on as u8) }
+    }
+
+    /// Marks the value as the VM's own choice (origin `ERGONOMIC`), no longer the default: HotSpot treats
+    /// some flags at their default as a wish other settings may override.
+    pub fn mark_ergonomic(&mut self) {
+        const ORIGIN_MASK: u8 = 0xf;
+        const ERGONOMIC: u8 = 5;
+        // SAFETY: `origin` is the low byte of the flag's `_flags` in libjvm's flag table (see
+        // `bool_flag`; little-endian), which HotSpot writes only when a flag is set through its API.
+        unsafe { self.origin.write_volatile((self.origin.read_volatile() & !ORIGIN_MASK) | ERGONOMIC) };
+        self.default_origin = false;
     }
 }
 
@@ -224,8 +253,9 @@ pub fn bool_flag(name: &CStr) -> Option<BoolFlag> {
                 return None;
             }
             let value = (flag.add(addr_off) as *const *mut u8).read();
-            let origin = (flag.add(origin_off) as *const u16).read_unaligned() & 0xf;
-            return (!value.is_null()).then_some(BoolFlag { value, default_origin: origin == 0 });
+            let origin_at = flag.add(origin_off) as *mut u8;
+            let origin = (origin_at as *const u16).read_unaligned() & 0xf;
+            return (!value.is_null()).then_some(BoolFlag { value, origin: origin_at, default_origin: origin == 0 });
         }
     }
     None

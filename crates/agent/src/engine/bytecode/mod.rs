@@ -5,6 +5,7 @@
 //! its calling context to [`runtime`] every `gran + r` of them; a drain thread takes the samples into the
 //! tree.
 
+pub(crate) mod fp;
 pub(crate) mod runtime;
 pub(crate) mod walk;
 
@@ -12,16 +13,17 @@ use crate::cct::NodeId;
 use crate::cct::Snapshot;
 use crate::engine::rewriting::RewritingEngine;
 use crate::engine::{fields, Engine, Host, Phase};
-use crate::jvmti::bindings::jthread;
+use crate::jvmti::bindings::{jthread, JVMTI_PHASE_ONLOAD};
 use crate::jvmti::Jni;
 use kprof_classfile::transform::methods::MethodTable;
 use kprof_profile::{Meta, Profile};
-use kprof_protocol::options::{EngineKind, Options};
+use kprof_protocol::options::{EngineKind, Options, StackMode};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// The bytecode engine: the rewriting engine in bytecode mode.
 pub struct BytecodeEngine {
+    host: &'static dyn Host,
     rewriting: &'static RewritingEngine,
     /// Bytecodes counted since each thread's last sample, read when the session ended.
     residual: AtomicU64,
@@ -35,7 +37,10 @@ pub fn create(host: &'static dyn Host, options: &Options, phase: Phase) -> Resul
     }
     let rewriting = RewritingEngine::create(host, options, phase)?;
     walk::enable_own_walks(host);
-    Ok(ENGINE.get_or_init(|| BytecodeEngine { rewriting, residual: AtomicU64::new(0) }))
+    if options.stack_fp() {
+        fp::enable(host, phase)?;
+    }
+    Ok(ENGINE.get_or_init(|| BytecodeEngine { host, rewriting, residual: AtomicU64::new(0) }))
 }
 
 impl Engine for BytecodeEngine {
@@ -43,12 +48,21 @@ impl Engine for BytecodeEngine {
         EngineKind::Bytecode
     }
 
-    fn check(&self, _options: &Options) -> Result<(), String> {
+    fn check(&self, options: &Options) -> Result<(), String> {
+        if options.stack_fp() {
+            // A session after the first (the engine was made for another): the JVM may be past the phase
+            // where the frame-pointer flag can still be set.
+            let onload = self.rewriting.jvmti.phase().is_ok_and(|p| p == JVMTI_PHASE_ONLOAD);
+            fp::enable(self.host, if onload { Phase::OnLoad } else { Phase::Live })?;
+        }
         Ok(())
     }
 
     fn start(&self, jni: Jni, o: &Options) -> Result<String, String> {
         self.residual.store(0, Ordering::Relaxed);
+        if o.stack_fp() {
+            fp::start(o.stack == StackMode::FpCheck)?;
+        }
         self.rewriting.start(jni, EngineKind::Bytecode, o)?;
         Ok(format!("gran={} rand={}", o.gran, o.rand))
     }
@@ -56,6 +70,7 @@ impl Engine for BytecodeEngine {
     fn stop(&self, jni: Option<Jni>, restore: bool) {
         if let Some(jni) = jni {
             self.residual.store(self.rewriting.residual(jni), Ordering::Relaxed);
+            fp::stop();
             self.rewriting.stop(jni, restore);
         }
     }
@@ -100,12 +115,43 @@ impl Engine for BytecodeEngine {
         let (walks, by_jvmti) = walk::walks();
         c.insert("walks".into(), walks);
         c.insert("walks_jvmti".into(), by_jvmti);
+        if o.stack_fp() {
+            let [samples, reused, decoded, walked, left, mismatches, lookups, unloads] = fp::counts();
+            c.insert("fp_code_lookups".into(), lookups);
+            c.insert("fp_code_unloads".into(), unloads);
+            c.insert("fp_samples".into(), samples);
+            c.insert("fp_frames_reused".into(), reused);
+            c.insert("fp_frames_decoded".into(), decoded);
+            c.insert("fp_walked".into(), walked);
+            c.insert("fp_left_to_walk".into(), left);
+            if o.stack == StackMode::FpCheck {
+                c.insert("fp_mismatches".into(), mismatches);
+            }
+        }
         self.rewriting.describe_classes(meta);
     }
 
     fn summary(&self, meta: &Meta) -> String {
         let c = |k: &str| meta.counters.get(k).copied().unwrap_or(0);
-        let stack = if c("stack_walk") != 0 {
+        let stack = if meta.counters.contains_key("fp_samples") {
+            let check = match meta.counters.get("fp_mismatches") {
+                Some(m) => format!(" fp_mismatches={m}"),
+                None => String::new(),
+            };
+            format!(
+                "fp fp_samples={} frames_reused={} frames_decoded={} code_lookups={} code_unloads={} fp_walked={} \
+                 left_to_walk={} walks_jvmti={}/{}{check}",
+                c("fp_samples"),
+                c("fp_frames_reused"),
+                c("fp_frames_decoded"),
+                c("fp_code_lookups"),
+                c("fp_code_unloads"),
+                c("fp_walked"),
+                c("fp_left_to_walk"),
+                c("walks_jvmti"),
+                c("walks")
+            )
+        } else if c("stack_walk") != 0 {
             format!("walk walks_jvmti={}/{}", c("walks_jvmti"), c("walks"))
         } else {
             "reified".to_string()

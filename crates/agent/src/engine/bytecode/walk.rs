@@ -44,10 +44,10 @@ struct KindCache {
 
 static CACHE: OnceLock<KindCache> = OnceLock::new();
 /// The session: values from an earlier one are stale (include= and exclude= may have changed).
-static EPOCH: AtomicU64 = AtomicU64::new(1);
+pub(super) static EPOCH: AtomicU64 = AtomicU64::new(1);
 /// The classes loaded before the session have been retransformed: a method found not rewritten now stays
 /// so (later classes are rewritten before they are defined), so that answer may be cached.
-static SETTLED: AtomicBool = AtomicBool::new(false);
+pub(super) static SETTLED: AtomicBool = AtomicBool::new(false);
 
 /// A session starts (before its retransformation of what is already loaded).
 pub(crate) fn begin_session() {
@@ -73,7 +73,7 @@ fn slot_of(m: usize) -> usize {
 }
 
 /// (id, kind) of the method behind `m`.
-fn kind_of(engine: &RewritingEngine, jni: Jni, m: jmethodID) -> (u32, u8) {
+pub(super) fn kind_of(engine: &RewritingEngine, jni: Jni, m: jmethodID) -> (u32, u8) {
     let key = m as usize;
     let epoch = EPOCH.load(Ordering::Acquire) & 0xFF_FFFF;
     let cache = cache();
@@ -110,7 +110,7 @@ fn kind_of(engine: &RewritingEngine, jni: Jni, m: jmethodID) -> (u32, u8) {
 /// JVMTI's view of the virtual thread nor its reified stack (kept in the virtual thread's own fields)
 /// has, but AsyncGetCallTrace walks on into; a walk that meets it is a virtual thread's, and is redone
 /// with JVMTI.
-const STACK_CARRIER: u8 = u8::MAX;
+pub(super) const STACK_CARRIER: u8 = u8::MAX;
 
 /// The slow way: the method's class, name and descriptor, then the method table.
 fn look_up(engine: &RewritingEngine, jni: Jni, m: jmethodID) -> (u32, u8) {
@@ -137,6 +137,9 @@ static WALKS: WalkCounts = WalkCounts::new();
 pub(crate) fn walks() -> (u64, u64) {
     WALKS.get()
 }
+
+/// Contexts come from the frame-pointer chain first (`stack=fp`, [`super::fp`]).
+pub(super) static FP: AtomicBool = AtomicBool::new(false);
 
 /// Own-thread walks may use AsyncGetCallTrace ([`stack::own_stack`]): its JVMTI environment is set up.
 static OWN_WALKS: AtomicBool = AtomicBool::new(false);
@@ -186,12 +189,16 @@ fn context(engine: &RewritingEngine, jni: Jni, frames: &[jvmtiFrameInfo], ids: &
     true
 }
 
-/// Writes the calling context of the current thread's innermost rewritten frame (the method sampling) into
-/// `stack` (outermost first, at most `cap` entries) and returns its true depth, as the reified stack would
-/// have held them.
-fn walk_into(engine: &RewritingEngine, jni: Jni, stack: *mut u32, cap: usize) -> usize {
+/// Walks the current thread's stack as `stack=walk` does and hands `f` the frames (innermost first), the
+/// context ids the reified stack would hold (innermost first) and whether the frames were the thread's
+/// whole stack without a virtual thread's carrier. None where no walk was made.
+pub(super) fn walked<R>(
+    engine: &RewritingEngine,
+    jni: Jni,
+    f: impl FnOnce(&[jvmtiFrameInfo], &[u32], bool) -> R,
+) -> Option<R> {
     BUFFERS.with(|b| {
-        let Ok(mut b) = b.try_borrow_mut() else { return 0 };
+        let Ok(mut b) = b.try_borrow_mut() else { return None };
         let Buffers { stack: walker, ids } = &mut *b;
         let fast = OWN_WALKS.load(Ordering::Acquire);
         // A virtual thread: AsyncGetCallTrace sees only the frames thawed onto its carrier's stack (the
@@ -199,19 +206,28 @@ fn walk_into(engine: &RewritingEngine, jni: Jni, stack: *mut u32, cap: usize) ->
         // virtual thread's all; a walk that meets the carrier is made again by JVMTI.
         let mut trust = |frames: &[jvmtiFrameInfo]| context(engine, jni, frames, ids);
         let Ok(Walk { frames, by_asgct }) = walker.walk(jni, engine.jvmti, MAX_FRAMES, fast, &mut trust) else {
-            return 0;
+            return None;
         };
-        if !by_asgct {
-            context(engine, jni, frames, ids);
-        }
-        let depth = ids.len();
-        for (i, &id) in ids.iter().rev().take(cap).enumerate() {
-            // SAFETY: `stack` is the thread's block's stack of `cap` entries (`Bc.walk`'s contract), and
-            // `i < cap`.
-            unsafe { stack.add(i).write(id) };
-        }
-        depth
+        let whole = if by_asgct { true } else { context(engine, jni, frames, ids) };
+        Some(f(frames, ids, whole && frames.len() < MAX_FRAMES))
     })
+}
+
+/// Writes `ids` (innermost first) into `stack` outermost first, at most `cap` entries; their number.
+pub(super) fn write_ids(ids: &[u32], stack: *mut u32, cap: usize) -> usize {
+    for (i, &id) in ids.iter().rev().take(cap).enumerate() {
+        // SAFETY: `stack` is the thread's block's stack of `cap` entries (`Bc.walk`'s contract), and
+        // `i < cap`.
+        unsafe { stack.add(i).write(id) };
+    }
+    ids.len()
+}
+
+/// Writes the calling context of the current thread's innermost rewritten frame (the method sampling) into
+/// `stack` (outermost first, at most `cap` entries) and returns its true depth, as the reified stack would
+/// have held them.
+fn walk_into(engine: &RewritingEngine, jni: Jni, stack: *mut u32, cap: usize) -> usize {
+    walked(engine, jni, |_, ids, _| write_ids(ids, stack, cap)).unwrap_or(0)
 }
 
 /// `Bc.walk(long stack, int cap)`: see `Bc.java` and the module comment.
@@ -227,6 +243,15 @@ pub(crate) unsafe extern "C" fn walk(env: *mut JNIEnv, _class: jclass, stack: jl
         }
         // SAFETY: the JVM passes the calling thread's JNIEnv.
         let jni = unsafe { Jni::from_raw(env) };
-        walk_into(engine, jni, stack as *mut u32, cap as usize).min(i32::MAX as usize) as jint
+        let (stack, cap) = (stack as *mut u32, cap as usize);
+        #[cfg(target_arch = "x86_64")]
+        if FP.load(Ordering::Relaxed) {
+            // This function's own frame begins the chain (kprof is built with frame pointers).
+            let fp = crate::engine::stack::fp_chain::frame_pointer();
+            if let Some(depth) = super::fp::walk_into(engine, jni, fp, stack, cap) {
+                return depth.min(i32::MAX as usize) as jint;
+            }
+        }
+        walk_into(engine, jni, stack, cap).min(i32::MAX as usize) as jint
     })
 }

@@ -5,6 +5,8 @@
 //! Everything here that a handler calls allocates nothing, takes no lock and calls nothing but
 //! AsyncGetCallTrace and async-signal-safe system calls.
 
+pub mod code_map;
+pub mod fp_chain;
 pub mod jvmti_path;
 pub mod live;
 pub mod own;
@@ -139,7 +141,7 @@ pub fn debug_info_way() -> u64 {
 fn keep_debug_info(env: Jvmti) -> Result<(), String> {
     use std::sync::atomic::Ordering::Relaxed;
     if let Some(flag) = vmstructs::bool_flag(c"DebugNonSafepoints") {
-        if flag.default_origin && !flag.get() {
+        if (flag.default_origin || NON_SAFEPOINT_DEBUG_PINNED_OFF.load(Relaxed)) && !flag.get() {
             flag.set(true);
             DEBUG_INFO.store(DEBUG_INFO_FLAG_SET, Relaxed);
         } else {
@@ -157,6 +159,25 @@ fn keep_debug_info(env: Jvmti) -> Result<(), String> {
         let _ = env.set_event(JVMTI_EVENT_COMPILED_METHOD_LOAD, true);
     }
     Ok(())
+}
+
+/// kprof marked `DebugNonSafepoints` off as the VM's own choice ([`keep_non_safepoint_debug_off`]): an
+/// engine that needs it may still turn it on.
+static NON_SAFEPOINT_DEBUG_PINNED_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// For an agent that enables CompiledMethodLoad events for what they say, not to make the JIT keep debug
+/// information at every PC (`stack=fp` reads only calls' return addresses): HotSpot records it for every
+/// compilation while such events are enabled and `DebugNonSafepoints` is at its default, which costs
+/// compile time, code cache and larger events. Marks the flag, where it is off at its default, as the
+/// VM's choice; an engine that wants the information ([`enable_stack_walks`]) turns it on all the same.
+pub fn keep_non_safepoint_debug_off() {
+    use std::sync::atomic::Ordering::Relaxed;
+    if let Some(mut flag) = vmstructs::bool_flag(c"DebugNonSafepoints") {
+        if flag.default_origin && !flag.get() {
+            NON_SAFEPOINT_DEBUG_PINNED_OFF.store(true, Relaxed);
+            flag.mark_ergonomic();
+        }
+    }
 }
 
 /// AsyncGetCallTrace of the calling thread, from a native method it called (its state is `in native`, its
