@@ -21,7 +21,8 @@ pub struct ThreadOffsets {
     pub thread_id: Option<usize>,
 }
 
-fn symbol(name: &CStr) -> *mut c_void {
+/// The address of libjvm's symbol `name`, or null.
+pub fn symbol(name: &CStr) -> *mut c_void {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no preconditions.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
     if !p.is_null() {

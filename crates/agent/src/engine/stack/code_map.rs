@@ -202,11 +202,7 @@ pub fn in_code_cache(pc: usize) -> bool {
 pub fn native_keeps_frame_pointers(pc: usize) -> bool {
     static TRUSTED: OnceLock<[usize; 2]> = OnceLock::new();
     let trusted = TRUSTED.get_or_init(|| {
-        let jvm = {
-            // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no preconditions.
-            let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"JNI_CreateJavaVM".as_ptr()) };
-            library_base(p as usize)
-        };
+        let jvm = library_base(vmstructs::symbol(c"JNI_CreateJavaVM") as usize);
         [jvm, library_base(native_keeps_frame_pointers as *const () as usize)]
     });
     let base = library_base(pc);
