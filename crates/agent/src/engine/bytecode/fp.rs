@@ -292,13 +292,12 @@ impl Thread {
             })
             .count();
         let target = good.checked_sub(1).map_or(0, |i| self.frames[i].at);
-        let walked = self.chain.walk(fp, self.top, |_, at| at == target);
-        let next = good;
+        let walked = self.chain.walk(fp, self.top, |at| at == target);
         // The innermost frames are kprof's own, up to Bc.walk's native wrapper: they hold no Java frame.
         let own = self.chain.links.iter().position(|l| code_map::in_code_cache(l.pc));
         let (own, shared) = match walked {
             Walked::Broken => return None,
-            Walked::Stopped => (own.unwrap_or(self.chain.links.len()), next),
+            Walked::Stopped => (own.unwrap_or(self.chain.links.len()), good),
             Walked::Whole => {
                 let own = own?;
                 // The frames shared with the previous chain, from the outermost in.

@@ -187,7 +187,8 @@ pub fn in_interpreter(pc: usize) -> bool {
     pc >= INTERPRETER_LOW.load(Ordering::Relaxed) && pc < INTERPRETER_HIGH.load(Ordering::Relaxed)
 }
 
-/// Whether `pc` may be generated code (no lock). False where the code cache's bounds are not known yet.
+/// Whether `pc` may be generated code (no lock): true for every pc while the code cache's bounds are not
+/// known yet, where [`lookup`] then places nothing.
 #[inline]
 pub fn in_code_cache(pc: usize) -> bool {
     match code_bounds() {

@@ -78,7 +78,7 @@ impl Chain {
         Chain { links: Vec::new(), low: 0, high: 0 }
     }
 
-    /// Sets the bounds of the walk [`Chain::walk`] is about to make (for [`Chain::still`] before it).
+    /// Sets the bounds of the walk [`Chain::walk`] is about to make (for [`Chain::still_above`] before it).
     pub fn begin(&mut self, fp: usize, high: usize) {
         self.low = fp;
         self.high = high;
@@ -88,7 +88,7 @@ impl Chain {
     /// and those of its callers are live) towards the frame whose saved frame pointer is 0, the thread's
     /// first; `high` is the top of the thread's stack ([`stack_top`]). Before reading a frame, asks
     /// `stop` whether to end there.
-    pub fn walk(&mut self, fp: usize, high: usize, mut stop: impl FnMut(&Chain, usize) -> bool) -> Walked {
+    pub fn walk(&mut self, fp: usize, high: usize, mut stop: impl FnMut(usize) -> bool) -> Walked {
         self.links.clear();
         self.low = fp;
         self.high = high;
@@ -97,7 +97,7 @@ impl Chain {
             if !self.readable(at, 16) || self.links.len() >= MAX_CHAIN {
                 return Walked::Broken;
             }
-            if stop(self, at) {
+            if stop(at) {
                 return Walked::Stopped;
             }
             // SAFETY: `readable`: two words between the walking function's own frame pointer and the top
@@ -119,18 +119,8 @@ impl Chain {
         at % 8 == 0 && at >= self.low && at.checked_add(bytes).is_some_and(|end| end <= self.high)
     }
 
-    /// Whether the words `link` was read from still hold what it says (during a walk, for links of an
-    /// earlier walk outside the point reached). Links that fail `readable` do not.
-    pub fn still(&self, link: &Link) -> bool {
-        if !self.readable(link.at, 16) {
-            return false;
-        }
-        // SAFETY: `readable`, as in `walk`.
-        unsafe { (link.at as *const usize).read() == link.fp && ((link.at + 8) as *const usize).read() == link.pc }
-    }
-
-    /// [`Chain::still`] for a link an earlier walk of this thread read with the same stack top (aligned,
-    /// below the top): only its distance from this walk's start is checked.
+    /// Whether the words an earlier walk of this thread (with the same stack top, so `link.at` is aligned
+    /// and below it) read for `link` still hold what it says; false for a link below this walk's start.
     #[inline]
     pub fn still_above(&self, link: &Link) -> bool {
         if link.at < self.low {
@@ -165,14 +155,17 @@ mod tests {
     use super::*;
 
     #[inline(never)]
-    fn walk_here(chain: &mut Chain, stop: impl FnMut(&Chain, usize) -> bool) -> Walked {
-        chain.walk(frame_pointer(), stack_top().expect("stack"), stop)
+    fn walk_here(chain: &mut Chain) -> Walked {
+        chain.walk(frame_pointer(), stack_top().expect("stack"), |_| false)
     }
 
+    /// As `stack=fp` walks: checks that `outer` still holds, then walks down to its innermost link.
     #[inline(never)]
-    fn one_deeper(chain: &mut Chain, stop: impl FnMut(&Chain, usize) -> bool) -> Walked {
-        let walked = walk_here(chain, stop);
-        std::hint::black_box(walked)
+    fn walk_to(chain: &mut Chain, outer: &[Link]) -> (bool, Walked) {
+        let (fp, top) = (frame_pointer(), stack_top().expect("stack"));
+        chain.begin(fp, top);
+        let holds = outer.iter().all(|l| chain.still_above(l));
+        (holds, chain.walk(fp, top, |at| at == outer[0].at))
     }
 
     #[test]
@@ -180,20 +173,17 @@ mod tests {
         // The test binary is built with frame pointers (.cargo/config.toml); the test runner's thread
         // starts in libc, whose first frame has a zero frame pointer.
         let mut chain = Chain::new();
-        let walked = walk_here(&mut chain, |_, _| false);
+        let walked = walk_here(&mut chain);
         let links = chain.links.clone();
         assert!(links.len() >= 3, "{} links", links.len());
         assert_eq!(walked, Walked::Whole, "chain broken after {} links", links.len());
         assert!(links.windows(2).all(|w| w[0].fp == w[1].at && w[0].at < w[1].at));
-        // From one frame deeper, the same links outside it: the walk stops where asked, and the earlier
-        // walk's links there still hold.
-        let outer = links[2].at;
-        let walked = one_deeper(&mut chain, |c, at| at == outer && links[2..].iter().all(|l| c.still(l)));
-        assert_eq!(walked, Walked::Stopped);
-        assert!(chain.links.len() >= 3, "{:?}", chain.links);
+        // The links outside this function's frame still hold, and a walk from another call stops at the
+        // innermost of them.
+        let (holds, walked) = walk_to(&mut chain, &links[2..]);
+        assert!(holds && walked == Walked::Stopped, "{holds} {walked:?}");
+        assert!(!chain.links.is_empty() && chain.links.iter().all(|l| l.at < links[2].at));
         // A link that no longer holds is seen as such.
-        let moved = Link { pc: links[2].pc ^ 1, ..links[2] };
-        let walked = walk_here(&mut chain, |c, at| at == outer && c.still(&moved));
-        assert_eq!(walked, Walked::Whole);
+        assert!(!chain.still_above(&Link { pc: links[2].pc ^ 1, ..links[2] }));
     }
 }
