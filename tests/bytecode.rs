@@ -437,6 +437,10 @@ fn virtual_threads_have_a_stack_each_reified_or_walked() {
         for (name, opts) in [("v", "gran=1000"), ("vw", "gran=1000,stack=walk"), ("vf", "gran=1000,stack=fpcheck")] {
             let (run, file) = profile(jdk, &dir, name, opts, &[one], "kprof.harness.VirtualThreads", &[]);
             assert_eq!(program_output(&run), program_output(&base));
+            if name == "vf" {
+                // stack=fpcheck: the chain's contexts (a virtual thread's samples go to the walk) are the walk's.
+                assert_eq!(run.summary()["fp_mismatches"], "0", "{}: {}", jdk.label(), run.stderr);
+            }
             let stacks = read_collapsed(&file);
             for (stack, _) in stacks.iter().filter(|(s, _)| s.iter().any(|f| short(f) == "VirtualThreads.slice")) {
                 let outer: Vec<String> = stack.iter().take_while(|f| !f.starts_with(HARNESS_PREFIX)).cloned().collect();
