@@ -131,7 +131,6 @@ struct Counts {
     frames_decoded: u64,
     walked: u64,
     left_to_walk: u64,
-    mismatches: u64,
     lookups: u64,
 }
 
@@ -159,7 +158,6 @@ impl Counts {
             (&DECODED, self.frames_decoded),
             (&WALKED, self.walked),
             (&LEFT, self.left_to_walk),
-            (&MISMATCHES, self.mismatches),
             (&LOOKUPS, self.lookups),
         ] {
             if n != 0 {
@@ -500,7 +498,7 @@ impl Thread {
             return depth;
         };
         if !same {
-            self.counts.mismatches += 1;
+            // Counted at once, not per thread: the first few are described as they come.
             MISMATCHES.fetch_add(1, Relaxed);
             self.frames.clear();
             self.ids.clear();
