@@ -599,6 +599,9 @@ fn attach_in_bytecode_mode_rewrites_loaded_classes_and_stop_restores_them() {
         let profile = check_profile(&json);
         assert_eq!(profile.meta.mode.as_str(), "bytecode");
         assert_eq!(profile.metrics(), [Metric::BytecodeSamples, Metric::Bytecodes]);
+        // stack=auto at gran=10000 on a JVM started without frame pointers: the reified stack.
+        let c = &profile.meta.counters;
+        assert!(c.get("stack_walk") == Some(&0) && !c.contains_key("fp_samples"), "{}: {c:?}", jdk.label());
         let stacks = read_collapsed(&file);
         let handled = count_where(&stacks, |s| has_frame(s, "kprof.harness.Service.handle(long)long"));
         assert!(handled > 100, "{}: {handled} samples in Service.handle", jdk.label());

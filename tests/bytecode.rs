@@ -947,8 +947,14 @@ fn stack_walk_gives_the_profiles_of_the_reified_stack() {
         let (_, r) = profile(jdk, &dir, "reified", "gran=100000,stack=reified", &[], program, &[]);
         assert_eq!(auto.summary()["stack"], "walk", "{}", jdk.label());
         assert!(std::fs::read(&a).unwrap() == std::fs::read(&r).unwrap(), "{}: auto at gran=100000", jdk.label());
-        let (small, _) = profile(jdk, &dir, "auto-small", "gran=10000", &[], program, &[]);
-        assert_eq!(small.summary()["stack"], "reified", "{}", jdk.label());
+        // Below it, auto follows the frame-pointer chain when kprof starts with the JVM (and gives the same
+        // profile); with callsite=on it keeps the reified stack.
+        let (small, s) = profile(jdk, &dir, "auto-small", "gran=10000", &[], program, &[]);
+        assert_eq!(small.summary()["stack"], "fp", "{}", jdk.label());
+        let (_, r) = profile(jdk, &dir, "reified-small", "gran=10000,stack=reified", &[], program, &[]);
+        assert!(std::fs::read(&s).unwrap() == std::fs::read(&r).unwrap(), "{}: auto at gran=10000", jdk.label());
+        let (sites, _) = profile(jdk, &dir, "auto-sites", "gran=10000,callsite=on", &[], program, &[]);
+        assert_eq!(sites.summary()["stack"], "reified", "{}", jdk.label());
 
         // Deeper than `depth`: the outer 300 entries, [truncated], the method that ran.
         let (deep, file) =
@@ -1007,10 +1013,19 @@ fn stack_fp_gives_the_walks_contexts() {
             if main.ends_with("NativeCallbacks") {
                 assert!(left > 100, "{label}: {left} samples left to the walk");
             }
-            // Linkage runs mostly code the JIT has not compiled yet (interpreter frames are placed by a walk).
+            // Linkage runs mostly code the JIT has not compiled yet (interpreter frames are placed by a walk,
+            // most of them a walk of only the changed frames).
             let share = if main.ends_with("Linkage") { 4 } else { 2 };
             assert!(from_chain * share > samples, "{label}: {from_chain} of {samples} samples from the chain alone");
-            eprintln!("{label}: {from_chain} of {samples} from the chain, {walked} also walked, {left} left to walk");
+            let innermost = n("walked_innermost");
+            assert!(innermost <= walked, "{label}: {innermost} of {walked} walks");
+            if main.ends_with("Linkage") {
+                assert!(innermost * 2 > walked, "{label}: {innermost} of {walked} walks of the changed frames only");
+            }
+            eprintln!(
+                "{label}: {from_chain} of {samples} from the chain, {walked} also walked ({innermost} only the \
+                 changed frames), {left} left to walk"
+            );
         }
     });
 }

@@ -173,8 +173,9 @@ pub enum StackMode {
     /// `Fp` that also takes every context as `Walk` does, keeps that one and counts the samples where the
     /// two differ (a check of `Fp` on a given JVM and program).
     FpCheck,
-    /// Walk from [`AUTO_WALK_GRAN`] up (samples rare enough that walking costs less than the upkeep),
-    /// reified below and with `callsite=on`.
+    /// Walk from [`AUTO_WALK_GRAN`] up (samples rare enough that walking costs less than the upkeep);
+    /// below, `Fp` where the JVM runs with frame pointers or kprof starts with it (the agent decides:
+    /// [`Options::auto_may_use_fp`]), else reified; reified with `callsite=on`.
     Auto,
 }
 
@@ -290,7 +291,8 @@ pub const OPTIONS: &[(&str, &str, &str, &str)] = &[
         "auto",
         "bytecode: the sample's context from a stack kept by rewritten code, or from the thread's own stack \
          (walk: AsyncGetCallTrace; fp: its frame-pointer chain, with -XX:+PreserveFramePointer; fpcheck: fp \
-         checked against walk; auto: walk from gran=100000 up, when callsite=off)",
+         checked against walk; auto, when callsite=off: walk from gran=100000 up, fp below where kprof starts \
+         with the JVM or the JVM keeps frame pointers, else reified)",
     ),
     (
         "count",
@@ -618,6 +620,12 @@ impl Options {
             StackMode::Walk | StackMode::Fp | StackMode::FpCheck => true,
             StackMode::Auto => !self.callsite && self.gran >= AUTO_WALK_GRAN,
         }
+    }
+
+    /// `stack=auto` below [`AUTO_WALK_GRAN`] in bytecode mode without `callsite=on`: the session takes
+    /// `stack=fp` if the JVM can give frame pointers (the agent knows), else the reified stack.
+    pub fn auto_may_use_fp(&self) -> bool {
+        self.stack == StackMode::Auto && self.has(EngineKind::Bytecode) && !self.callsite && self.gran < AUTO_WALK_GRAN
     }
 
     /// Bytecode mode follows the thread's frame-pointer chain (`stack=fp` or `stack=fpcheck`).

@@ -139,7 +139,12 @@ fn engines_combine_with_plus() {
     assert_eq!((b.rewriting(), b.effective_metric()), (Some(EngineKind::Bytecode), Metric::Cpu));
     assert!(!b.callsite, "bytecode mode keeps callsites apart only on request");
     let walks = |o: &str| Options::parse(Some(o)).unwrap().stack_walks();
-    assert!(!walks("mode=bytecode"), "gran=10000 keeps the reified stack");
+    assert!(!walks("mode=bytecode"), "gran=10000 does not walk unless the agent finds frame pointers");
+    let fp = |o: &str| Options::parse(Some(o)).unwrap().auto_may_use_fp();
+    assert!(fp("mode=bytecode") && fp("mode=bytecode+asgct,gran=99999"));
+    assert!(!fp("mode=bytecode,gran=100000"), "auto walks there");
+    assert!(!fp("mode=bytecode,callsite=on"), "callsites need the reified stack");
+    assert!(!fp("mode=bytecode,stack=reified") && !fp("mode=asgct") && !fp("mode=exact"));
     assert!(walks("mode=bytecode,gran=1000000"));
     assert!(!walks("mode=bytecode,gran=1000000,callsite=on"), "callsites need the reified stack");
     assert!(walks("mode=bytecode,stack=walk"));

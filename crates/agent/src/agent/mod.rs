@@ -130,7 +130,8 @@ fn parse_options(text: Option<&str>) -> Result<Options, String> {
 }
 
 fn on_load(vm: JavaVm, text: Option<&str>) -> Result<(), String> {
-    let options = parse_options(text)?;
+    let mut options = parse_options(text)?;
+    engine::resolve_options(&mut options, Phase::OnLoad);
     if options.help {
         std::process::exit(0);
     }

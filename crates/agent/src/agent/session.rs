@@ -56,12 +56,13 @@ impl Agent {
     pub(super) fn start_session(
         &'static self,
         jni: Jni,
-        options: Options,
+        mut options: Options,
         check_files: bool,
     ) -> Result<String, String> {
         if self.dead.load(Ordering::Acquire) {
             return Err("the JVM is shutting down".into());
         }
+        crate::engine::resolve_options(&mut options, Phase::Live);
         let mut engines = Vec::new();
         for &kind in &options.engines {
             let e =

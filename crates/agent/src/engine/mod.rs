@@ -115,6 +115,12 @@ pub fn create(
     }
 }
 
+/// Settles the choices the options leave to what the JVM can do (`stack=auto` in bytecode mode), before
+/// a session that starts in `phase` makes or checks its engines.
+pub fn resolve_options(options: &mut Options, phase: Phase) {
+    bytecode::resolve_auto_stack(options, phase);
+}
+
 /// `shown=value` of the profile counters named by `keys` (`(shown, counter)`), in order, for a summary line.
 pub fn fields(meta: &Meta, keys: &[(&str, &str)]) -> String {
     keys.iter()

@@ -130,6 +130,7 @@ struct Counts {
     frames_reused: u64,
     frames_decoded: u64,
     walked: u64,
+    walked_innermost: u64,
     left_to_walk: u64,
     lookups: u64,
 }
@@ -137,12 +138,14 @@ struct Counts {
 const FLUSH_EVERY: u64 = 64;
 
 /// The shared counts: samples taken from the chain, frames shared with the previous sample, frames
-/// decoded, samples that also walked to place a frame, samples left to `stack=walk`, and (`fpcheck`)
+/// decoded, samples that also walked to place a frame (and of them those that walked only the changed
+/// frames), samples left to `stack=walk`, and (`fpcheck`)
 /// samples whose context differed from the walk's.
 static SAMPLES: AtomicU64 = AtomicU64::new(0);
 static REUSED: AtomicU64 = AtomicU64::new(0);
 static DECODED: AtomicU64 = AtomicU64::new(0);
 static WALKED: AtomicU64 = AtomicU64::new(0);
+static WALKED_INNERMOST: AtomicU64 = AtomicU64::new(0);
 static LEFT: AtomicU64 = AtomicU64::new(0);
 static MISMATCHES: AtomicU64 = AtomicU64::new(0);
 static LOOKUPS: AtomicU64 = AtomicU64::new(0);
@@ -157,6 +160,7 @@ impl Counts {
             (&REUSED, self.frames_reused),
             (&DECODED, self.frames_decoded),
             (&WALKED, self.walked),
+            (&WALKED_INNERMOST, self.walked_innermost),
             (&LEFT, self.left_to_walk),
             (&LOOKUPS, self.lookups),
         ] {
@@ -189,15 +193,25 @@ thread_local! {
     });
 }
 
-/// (samples, frames reused, frames decoded, samples that walked, samples left to walk, mismatches,
-/// return addresses looked up in the code map, compiled methods unloaded).
-pub(crate) fn counts() -> [u64; 8] {
-    let mut c = [0; 8];
-    for (i, n) in [&SAMPLES, &REUSED, &DECODED, &WALKED, &LEFT, &MISMATCHES, &LOOKUPS].iter().enumerate() {
+/// (samples, frames reused, frames decoded, samples that walked, of them those that walked only the
+/// changed frames, samples left to walk, mismatches, return addresses looked up in the code map, compiled
+/// methods unloaded).
+pub(crate) fn counts() -> [u64; 9] {
+    let mut c = [0; 9];
+    for (i, n) in
+        [&SAMPLES, &REUSED, &DECODED, &WALKED, &WALKED_INNERMOST, &LEFT, &MISMATCHES, &LOOKUPS].iter().enumerate()
+    {
         c[i] = n.load(Relaxed);
     }
-    c[7] = code_map::epoch() - 1;
+    c[8] = code_map::epoch() - 1;
     c
+}
+
+/// Whether `stack=fp` can run on this JVM in `phase`: on x86-64, with HotSpot's flag table, and either
+/// at the JVM's start (kprof sets `-XX:+PreserveFramePointer` then) or with the flag already on.
+pub(crate) fn possible(phase: Phase) -> bool {
+    cfg!(target_arch = "x86_64")
+        && vmstructs::bool_flag(c"PreserveFramePointer").is_some_and(|f| phase == Phase::OnLoad || f.get())
 }
 
 /// Sets up what `stack=fp` needs, when the engine is made: the code map's events and, at the JVM's
@@ -381,6 +395,9 @@ impl Thread {
     /// frame takes its count of the walk's frames, an interpreter frame one, and a single unknown one
     /// what is left. Where that does not add up, or gives another context than the walk's, nothing is
     /// kept for the next sample.
+    ///
+    /// Where no changed frame is of unknown count, only the changed frames are walked (the innermost Java
+    /// frames, as many as they hold): the shared ones are the previous sample's, whose walk they matched.
     fn place_by_walk(
         &mut self,
         engine: &RewritingEngine,
@@ -390,10 +407,30 @@ impl Thread {
         cap: usize,
     ) -> Option<usize> {
         self.counts.walked += 1;
+        if !self.placed.iter().any(|p| matches!(p, Placed::Unknown)) {
+            let want: usize = self.frames[shared..].iter().map(|f| f.frames as usize).sum();
+            let Thread { frames, ids, placed, decoded, arena, .. } = self;
+            let placed_all = walk::walked_innermost(engine, jni, want, |walked, context, trusted| {
+                trusted
+                    && walked.len() == want
+                    && Self::split(engine, jni, frames, ids, placed, (decoded, arena), shared, walked, 0)
+                    && context_of(&ids[frames.get(shared).map_or(ids.len(), |f| f.start as usize)..])
+                        .eq(context.iter().rev().copied())
+            });
+            if placed_all == Some(true) {
+                self.counts.walked_innermost += 1;
+                let depth = self.write(stack, cap);
+                if CHECK.load(Relaxed) {
+                    return Some(self.check(engine, jni, depth, stack, cap));
+                }
+                return Some(depth);
+            }
+        }
         let Thread { frames, ids, placed, decoded, arena, .. } = self;
         let (depth, kept) = walk::walked(engine, jni, |walked, context, whole| {
+            let outside = frames[..shared].iter().map(|f| f.frames as usize).sum();
             let kept = whole
-                && Self::split(engine, jni, frames, ids, placed, (decoded, arena), shared, walked)
+                && Self::split(engine, jni, frames, ids, placed, (decoded, arena), shared, walked, outside)
                 && context_of(ids).eq(context.iter().rev().copied());
             (walk::write_ids(context, stack, cap), kept)
         })?;
@@ -405,8 +442,9 @@ impl Thread {
     }
 
     /// Rebuilds `ids` for the chain's frames from `shared` in, taking the Java frames of those the
-    /// tables did not place from `walked` (innermost first) by position. False where the counts do not
-    /// add up or a frame is a virtual thread's carrier.
+    /// tables did not place from `walked` (innermost first, of which the last `outside` are those of the
+    /// frames outside `shared`) by position. False where the counts do not add up or a frame is a virtual
+    /// thread's carrier.
     #[allow(clippy::too_many_arguments)]
     fn split(
         engine: &RewritingEngine,
@@ -417,8 +455,9 @@ impl Thread {
         (decoded, arena): DecodedIds,
         shared: usize,
         walked: &[jvmtiFrameInfo],
+        mut outside: usize,
     ) -> bool {
-        let known: usize = frames.iter().map(|f| f.frames as usize).sum();
+        let known: usize = outside + frames[shared..].iter().map(|f| f.frames as usize).sum::<usize>();
         let unknown = placed.iter().filter(|p| matches!(p, Placed::Unknown)).count();
         let fits = match unknown {
             0 => known == walked.len(),
@@ -430,7 +469,6 @@ impl Thread {
         }
         let left = walked.len() - known;
         // The walk is innermost first: a frame's Java frames end where those of the frames outside it begin.
-        let mut outside: usize = frames[..shared].iter().map(|f| f.frames as usize).sum();
         ids.truncate(frames.get(shared).map_or(ids.len(), |f| f.start as usize));
         for (frame, placed) in frames[shared..].iter_mut().zip(placed) {
             frame.start = ids.len() as u32;

@@ -43,6 +43,16 @@ pub fn create(host: &'static dyn Host, options: &Options, phase: Phase) -> Resul
     Ok(ENGINE.get_or_init(|| BytecodeEngine { host, rewriting, residual: AtomicU64::new(0) }))
 }
 
+/// Resolves `stack=auto` below its walking granularity for a session that starts in `phase`: the
+/// frame-pointer chain where the JVM can give it (kprof loaded with the JVM, or a JVM started with
+/// `-XX:+PreserveFramePointer`), which measured cheaper than the reified stack at gran=10000 on both JDKs
+/// (docs/BENCHMARKS.md); else the reified stack.
+pub fn resolve_auto_stack(options: &mut Options, phase: Phase) {
+    if options.auto_may_use_fp() && fp::possible(phase) {
+        options.stack = StackMode::Fp;
+    }
+}
+
 impl Engine for BytecodeEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Bytecode
@@ -116,13 +126,14 @@ impl Engine for BytecodeEngine {
         c.insert("walks".into(), walks);
         c.insert("walks_jvmti".into(), by_jvmti);
         if o.stack_fp() {
-            let [samples, reused, decoded, walked, left, mismatches, lookups, unloads] = fp::counts();
+            let [samples, reused, decoded, walked, innermost, left, mismatches, lookups, unloads] = fp::counts();
             c.insert("fp_code_lookups".into(), lookups);
             c.insert("fp_code_unloads".into(), unloads);
             c.insert("fp_samples".into(), samples);
             c.insert("fp_frames_reused".into(), reused);
             c.insert("fp_frames_decoded".into(), decoded);
             c.insert("fp_walked".into(), walked);
+            c.insert("fp_walked_innermost".into(), innermost);
             c.insert("fp_left_to_walk".into(), left);
             if o.stack == StackMode::FpCheck {
                 c.insert("fp_mismatches".into(), mismatches);
@@ -140,13 +151,14 @@ impl Engine for BytecodeEngine {
             };
             format!(
                 "fp fp_samples={} frames_reused={} frames_decoded={} code_lookups={} code_unloads={} fp_walked={} \
-                 left_to_walk={} walks_jvmti={}/{}{check}",
+                 walked_innermost={} left_to_walk={} walks_jvmti={}/{}{check}",
                 c("fp_samples"),
                 c("fp_frames_reused"),
                 c("fp_frames_decoded"),
                 c("fp_code_lookups"),
                 c("fp_code_unloads"),
                 c("fp_walked"),
+                c("fp_walked_innermost"),
                 c("fp_left_to_walk"),
                 c("walks_jvmti"),
                 c("walks")

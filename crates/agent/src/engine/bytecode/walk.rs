@@ -197,6 +197,20 @@ pub(super) fn walked<R>(
     jni: Jni,
     f: impl FnOnce(&[jvmtiFrameInfo], &[u32], bool) -> R,
 ) -> Option<R> {
+    walked_innermost(engine, jni, MAX_FRAMES, |frames, ids, trusted| {
+        f(frames, ids, trusted && frames.len() < MAX_FRAMES)
+    })
+}
+
+/// [`walked`] of only the innermost `want` frames (fewer where the stack holds fewer): `f` gets them, their
+/// context ids as [`walked`] gives them (the innermost rewritten frame is the sampling method) and whether
+/// they are to be trusted (no virtual thread's carrier among them).
+pub(super) fn walked_innermost<R>(
+    engine: &RewritingEngine,
+    jni: Jni,
+    want: usize,
+    f: impl FnOnce(&[jvmtiFrameInfo], &[u32], bool) -> R,
+) -> Option<R> {
     BUFFERS.with(|b| {
         let Ok(mut b) = b.try_borrow_mut() else { return None };
         let Buffers { stack: walker, ids } = &mut *b;
@@ -205,11 +219,11 @@ pub(super) fn walked<R>(
         // others wait in the continuation's stack chunk) and walks on into the carrier's, JVMTI sees the
         // virtual thread's all; a walk that meets the carrier is made again by JVMTI.
         let mut trust = |frames: &[jvmtiFrameInfo]| context(engine, jni, frames, ids);
-        let Ok(Walk { frames, by_asgct }) = walker.walk(jni, engine.jvmti, MAX_FRAMES, fast, &mut trust) else {
+        let Ok(Walk { frames, by_asgct }) = walker.walk(jni, engine.jvmti, want, fast, &mut trust) else {
             return None;
         };
-        let whole = if by_asgct { true } else { context(engine, jni, frames, ids) };
-        Some(f(frames, ids, whole && frames.len() < MAX_FRAMES))
+        let trusted = if by_asgct { true } else { context(engine, jni, frames, ids) };
+        Some(f(frames, ids, trusted))
     })
 }
 

@@ -88,7 +88,9 @@ impl OwnStack {
     ) -> JvmtiResult<Walk<'_>> {
         self.counts.walks.fetch_add(1, Relaxed);
         self.walked = false;
-        if fast && self.misses < MISSES_TO_GIVE_UP && self.bottom.is_some() {
+        // A walk cut at `want` frames needs no earlier walk to check its end against (a thread's first
+        // walks may be such, from stack=fp); a whole one without it is made again by JVMTI below.
+        if fast && self.misses < MISSES_TO_GIVE_UP {
             if let Some(n) = self.by_asgct(jni, want) {
                 if trust(&self.frames[..n]) {
                     self.misses = 0;
