@@ -167,6 +167,66 @@ pub fn code_cache_bound_fields() -> Option<(usize, usize)> {
     Some((low.filter(|&a| a != 0)?, high.filter(|&a| a != 0)?))
 }
 
+/// The path from a `Method*` to its jmethodID as HotSpot itself takes it for a frame it reports
+/// (`Method::find_jmethod_id_or_null`, what AsyncGetCallTrace calls for every frame it walks): the
+/// method's `ConstMethod`, its constant pool and method number, the pool's holder class, and that
+/// class's array of jmethodIDs (its length first, then one per method number; null where none was made).
+#[derive(Clone, Copy, Debug)]
+pub struct MethodIdPath {
+    const_method: usize,
+    constants: usize,
+    idnum: usize,
+    pool_holder: usize,
+    jmethod_ids: usize,
+}
+
+/// The offsets of [`MethodIdPath`], or None where the structure table lacks one of them.
+pub fn method_id_path() -> Option<MethodIdPath> {
+    let (mut const_method, mut constants, mut idnum, mut pool_holder, mut jmethod_ids) = (None, None, None, None, None);
+    find_entry(|e| {
+        match (e.type_name, e.field_name, e.is_static) {
+            (b"Method", b"_constMethod", false) => const_method = Some(e.offset),
+            (b"ConstMethod", b"_constants", false) => constants = Some(e.offset),
+            (b"ConstMethod", b"_method_idnum", false) => idnum = Some(e.offset),
+            (b"ConstantPool", b"_pool_holder", false) => pool_holder = Some(e.offset),
+            (b"InstanceKlass", b"_methods_jmethod_ids", false) => jmethod_ids = Some(e.offset),
+            _ => {}
+        }
+        false
+    });
+    Some(MethodIdPath {
+        const_method: const_method?,
+        constants: constants?,
+        idnum: idnum?,
+        pool_holder: pool_holder?,
+        jmethod_ids: jmethod_ids?,
+    })
+}
+
+impl MethodIdPath {
+    /// The jmethodID of `method` (0: none made yet, or a link of the path missing).
+    ///
+    /// # Safety
+    /// `method` must be a live `Method*`: one in an interpreter frame of the calling thread's own stack,
+    /// which keeps its class loaded and the method from being freed while the frame is there.
+    pub unsafe fn jmethod_id(&self, method: usize) -> usize {
+        let word = |at: usize| if at < 4096 { 0 } else { (at as *const usize).read() };
+        let const_method = word(method + self.const_method);
+        if const_method == 0 {
+            return 0;
+        }
+        let idnum = ((const_method + self.idnum) as *const u16).read() as usize;
+        let holder = word(word(const_method + self.constants) + self.pool_holder);
+        let ids = if holder == 0 { 0 } else { word(holder + self.jmethod_ids) };
+        // The array may be replaced by a longer one while this reads it (HotSpot's readers of it, as
+        // AsyncGetCallTrace, live with that too): its length comes first, then the ids.
+        if ids == 0 || word(ids) <= idnum {
+            return 0;
+        }
+        word(ids + 8 * (idnum + 1))
+    }
+}
+
 /// A boolean `-XX:` flag of the running JVM, found in HotSpot's flag table.
 #[derive(Clone, Copy, Debug)]
 pub struct BoolFlag {

@@ -25,14 +25,16 @@ use crate::engine::rewriting::RewritingEngine;
 use crate::engine::stack::code_map::{self, CodeAt};
 use crate::engine::stack::fp_chain::{self, Chain, Link, Walked};
 use crate::engine::{Host, Phase};
+use crate::jvmti::bindings::jmethodID;
 use crate::jvmti::bindings::jvmtiFrameInfo;
-use crate::jvmti::vmstructs;
+use crate::jvmti::vmstructs::{self, MethodIdPath};
 use crate::jvmti::Jni;
 use kprof_classfile::transform::methods::{STACK_NONE, STACK_PUSHED};
 use std::cell::RefCell;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 
 /// A frame of the chain, with what it decoded to.
 #[derive(Clone, Copy)]
@@ -96,9 +98,13 @@ type DecodedIds<'a> = (&'a HashMap<usize, Decoded, PcHash>, &'a [(u32, u8)]);
 
 /// How a changed frame was placed.
 enum Placed {
+    /// By its return address, in the decode table.
     Known,
-    /// One Java frame whose method is to be found (the interpreter's).
-    Interpreted,
+    /// An interpreter frame whose method was read from the frame: (id, kind).
+    Method(u32, u8),
+    /// An interpreter frame whose method is to be found by a walk; the jmethodID read from the frame
+    /// (0: none), to be checked against the walk's.
+    Interpreted(usize),
     /// Java frames of a number and methods to be found.
     Unknown,
 }
@@ -131,6 +137,7 @@ struct Counts {
     frames_decoded: u64,
     walked: u64,
     walked_innermost: u64,
+    interpreted_read: u64,
     left_to_walk: u64,
     lookups: u64,
 }
@@ -146,12 +153,37 @@ static REUSED: AtomicU64 = AtomicU64::new(0);
 static DECODED: AtomicU64 = AtomicU64::new(0);
 static WALKED: AtomicU64 = AtomicU64::new(0);
 static WALKED_INNERMOST: AtomicU64 = AtomicU64::new(0);
+static INTERPRETED_READ: AtomicU64 = AtomicU64::new(0);
 static LEFT: AtomicU64 = AtomicU64::new(0);
 static MISMATCHES: AtomicU64 = AtomicU64::new(0);
 static LOOKUPS: AtomicU64 = AtomicU64::new(0);
 
 /// `stack=fpcheck`: every context is also walked and the walk's kept.
 pub(super) static CHECK: AtomicBool = AtomicBool::new(false);
+
+/// The path from an interpreter frame's `Method*` to its jmethodID (None: this JVM's structure table
+/// lacks a link of it).
+static METHOD_IDS: OnceLock<Option<MethodIdPath>> = OnceLock::new();
+/// Interpreter frames whose jmethodID read from the frame was the one the walk found, and whether one
+/// ever was not. The read is trusted once [`TRUST_AFTER`] agreed and none disagreed: on a JVM whose
+/// structures are not what the path assumes it is never used.
+static METHOD_IDS_AGREED: AtomicU64 = AtomicU64::new(0);
+static METHOD_IDS_REFUTED: AtomicBool = AtomicBool::new(false);
+const TRUST_AFTER: u64 = 256;
+
+/// The jmethodID of the interpreter frame's `method` (0: none, or not known how to read).
+fn interpreted_method_id(method: usize) -> usize {
+    match METHOD_IDS.get() {
+        // SAFETY: `method` is the `Method*` of an interpreter frame on this thread's stack, read from it
+        // just now (the sample runs on that thread): a live method of a loaded class.
+        Some(Some(path)) => unsafe { path.jmethod_id(method) },
+        _ => 0,
+    }
+}
+
+fn method_ids_trusted() -> bool {
+    METHOD_IDS_AGREED.load(Relaxed) >= TRUST_AFTER && !METHOD_IDS_REFUTED.load(Relaxed)
+}
 
 impl Counts {
     fn flush(&mut self) {
@@ -161,6 +193,7 @@ impl Counts {
             (&DECODED, self.frames_decoded),
             (&WALKED, self.walked),
             (&WALKED_INNERMOST, self.walked_innermost),
+            (&INTERPRETED_READ, self.interpreted_read),
             (&LEFT, self.left_to_walk),
             (&LOOKUPS, self.lookups),
         ] {
@@ -193,25 +226,51 @@ thread_local! {
     });
 }
 
-/// (samples, frames reused, frames decoded, samples that walked, of them those that walked only the
-/// changed frames, samples left to walk, mismatches, return addresses looked up in the code map, compiled
-/// methods unloaded).
-pub(crate) fn counts() -> [u64; 9] {
-    let mut c = [0; 9];
-    for (i, n) in
-        [&SAMPLES, &REUSED, &DECODED, &WALKED, &WALKED_INNERMOST, &LEFT, &MISMATCHES, &LOOKUPS].iter().enumerate()
-    {
-        c[i] = n.load(Relaxed);
-    }
-    c[8] = code_map::epoch() - 1;
-    c
+/// The shared counts of [`counts`].
+pub(crate) struct FpCounts {
+    pub samples: u64,
+    pub frames_reused: u64,
+    pub frames_decoded: u64,
+    /// Samples that walked to place a frame, and of them those that walked only the changed frames.
+    pub walked: u64,
+    pub walked_innermost: u64,
+    /// Interpreter frames placed by the method read from the frame, without a walk.
+    pub interpreted_read: u64,
+    /// Whether that read is trusted (see [`TRUST_AFTER`]); and whether it was ever refuted.
+    pub method_ids_trusted: bool,
+    pub method_ids_refuted: bool,
+    pub left_to_walk: u64,
+    pub mismatches: u64,
+    pub code_lookups: u64,
+    pub code_unloads: u64,
 }
 
-/// Whether `stack=fp` can run on this JVM in `phase`: on x86-64, with HotSpot's flag table, and either
-/// at the JVM's start (kprof sets `-XX:+PreserveFramePointer` then) or with the flag already on.
+/// What the samples of every thread counted so far (each thread adds its counts every [`FLUSH_EVERY`]
+/// samples and when it ends).
+pub(crate) fn counts() -> FpCounts {
+    FpCounts {
+        samples: SAMPLES.load(Relaxed),
+        frames_reused: REUSED.load(Relaxed),
+        frames_decoded: DECODED.load(Relaxed),
+        walked: WALKED.load(Relaxed),
+        walked_innermost: WALKED_INNERMOST.load(Relaxed),
+        interpreted_read: INTERPRETED_READ.load(Relaxed),
+        method_ids_trusted: method_ids_trusted(),
+        method_ids_refuted: METHOD_IDS_REFUTED.load(Relaxed),
+        left_to_walk: LEFT.load(Relaxed),
+        mismatches: MISMATCHES.load(Relaxed),
+        code_lookups: LOOKUPS.load(Relaxed),
+        code_unloads: code_map::epoch() - 1,
+    }
+}
+
+/// Whether `stack=auto` may take `stack=fp` on this JVM in `phase`: on x86-64, with HotSpot's flag table,
+/// and the flag either on already or at its default at the JVM's start (kprof sets it then; a
+/// `-XX:-PreserveFramePointer` given on the command line is the user's and stays).
 pub(crate) fn possible(phase: Phase) -> bool {
     cfg!(target_arch = "x86_64")
-        && vmstructs::bool_flag(c"PreserveFramePointer").is_some_and(|f| phase == Phase::OnLoad || f.get())
+        && vmstructs::bool_flag(c"PreserveFramePointer")
+            .is_some_and(|f| f.get() || (phase == Phase::OnLoad && f.default_origin))
 }
 
 /// Sets up what `stack=fp` needs, when the engine is made: the code map's events and, at the JVM's
@@ -233,6 +292,7 @@ pub(super) fn enable(host: &dyn Host, phase: Phase) -> Result<(), String> {
         }
         flag.set(true);
     }
+    METHOD_IDS.get_or_init(vmstructs::method_id_path);
     code_map::enable(host)
         .map_err(|e| format!("bad option 'stack=fp': {e}; accepted here: stack=reified | walk | auto"))
 }
@@ -364,7 +424,20 @@ impl Thread {
                     return None;
                 }
                 frame.frames = 1;
-                Placed::Interpreted
+                let jm = interpreted_method_id(frame.method);
+                if jm != 0 && method_ids_trusted() {
+                    let (id, kind) = kind_of(engine, jni, jm as jmethodID);
+                    if kind == STACK_CARRIER {
+                        return None;
+                    }
+                    if kind != STACK_NONE {
+                        self.ids.push((id, kind));
+                    }
+                    self.counts.interpreted_read += 1;
+                    Placed::Method(id, kind)
+                } else {
+                    Placed::Interpreted(jm)
+                }
             } else {
                 match decode(&mut self.decoded, &mut self.arena, &mut self.counts.lookups, engine, jni, pc) {
                     Some(Ok(d)) => {
@@ -376,7 +449,7 @@ impl Thread {
                     None => Placed::Unknown,
                 }
             };
-            all_known &= matches!(placed, Placed::Known);
+            all_known &= matches!(placed, Placed::Known | Placed::Method(..));
             self.placed.push(placed);
             self.frames.push(frame);
         }
@@ -478,12 +551,27 @@ impl Thread {
                         ids.extend_from_slice(d.ids(arena));
                     }
                 }
-                Placed::Interpreted | Placed::Unknown => {
+                &Placed::Method(id, kind) => {
+                    if kind != STACK_NONE {
+                        ids.push((id, kind));
+                    }
+                }
+                Placed::Interpreted(_) | Placed::Unknown => {
                     if matches!(placed, Placed::Unknown) {
                         frame.frames = left as u32;
                     }
                     let end = walked.len() - outside;
                     let begin = end - frame.frames as usize;
+                    if let &Placed::Interpreted(jm) = placed {
+                        // The frame's own jmethodID against the walk's, until the read is trusted.
+                        if jm != 0 && !method_ids_trusted() {
+                            if walked[begin].method as usize == jm {
+                                METHOD_IDS_AGREED.fetch_add(1, Relaxed);
+                            } else {
+                                METHOD_IDS_REFUTED.store(true, Relaxed);
+                            }
+                        }
+                    }
                     for f in walked[begin..end].iter().rev() {
                         let (id, kind) = kind_of(engine, jni, f.method);
                         if kind == STACK_CARRIER {

@@ -126,17 +126,20 @@ impl Engine for BytecodeEngine {
         c.insert("walks".into(), walks);
         c.insert("walks_jvmti".into(), by_jvmti);
         if o.stack_fp() {
-            let [samples, reused, decoded, walked, innermost, left, mismatches, lookups, unloads] = fp::counts();
-            c.insert("fp_code_lookups".into(), lookups);
-            c.insert("fp_code_unloads".into(), unloads);
-            c.insert("fp_samples".into(), samples);
-            c.insert("fp_frames_reused".into(), reused);
-            c.insert("fp_frames_decoded".into(), decoded);
-            c.insert("fp_walked".into(), walked);
-            c.insert("fp_walked_innermost".into(), innermost);
-            c.insert("fp_left_to_walk".into(), left);
+            let f = fp::counts();
+            c.insert("fp_code_lookups".into(), f.code_lookups);
+            c.insert("fp_code_unloads".into(), f.code_unloads);
+            c.insert("fp_samples".into(), f.samples);
+            c.insert("fp_frames_reused".into(), f.frames_reused);
+            c.insert("fp_frames_decoded".into(), f.frames_decoded);
+            c.insert("fp_walked".into(), f.walked);
+            c.insert("fp_walked_innermost".into(), f.walked_innermost);
+            c.insert("fp_interpreted_read".into(), f.interpreted_read);
+            c.insert("fp_method_ids_trusted".into(), f.method_ids_trusted as u64);
+            c.insert("fp_method_ids_refuted".into(), f.method_ids_refuted as u64);
+            c.insert("fp_left_to_walk".into(), f.left_to_walk);
             if o.stack == StackMode::FpCheck {
-                c.insert("fp_mismatches".into(), mismatches);
+                c.insert("fp_mismatches".into(), f.mismatches);
             }
         }
         self.rewriting.describe_classes(meta);
@@ -151,7 +154,7 @@ impl Engine for BytecodeEngine {
             };
             format!(
                 "fp fp_samples={} frames_reused={} frames_decoded={} code_lookups={} code_unloads={} fp_walked={} \
-                 walked_innermost={} left_to_walk={} walks_jvmti={}/{}{check}",
+                 walked_innermost={} interpreted_read={} left_to_walk={} walks_jvmti={}/{}{check}",
                 c("fp_samples"),
                 c("fp_frames_reused"),
                 c("fp_frames_decoded"),
@@ -159,6 +162,7 @@ impl Engine for BytecodeEngine {
                 c("fp_code_unloads"),
                 c("fp_walked"),
                 c("fp_walked_innermost"),
+                c("fp_interpreted_read"),
                 c("fp_left_to_walk"),
                 c("walks_jvmti"),
                 c("walks")
