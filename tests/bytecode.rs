@@ -116,13 +116,16 @@ fn overlap_on_harness(a: &Profile, b: &Profile) -> f64 {
 
 /// A thread whose ring is full (its drain fell behind: on a loaded machine at gran=1000, or here at gran=5,
 /// a sample every few dozen bytecodes, faster than any drain) drains it itself: no sample is dropped and two
-/// runs still give one profile, byte for byte.
+/// runs still give one profile, byte for byte. With the reified stack, whose samples are the cheapest to
+/// take, so that the thread outruns the drain on any machine (a sample read from the frame-pointer chain
+/// takes long enough for the drain to keep up on some).
 #[test]
 fn full_rings_are_drained_by_their_threads_and_lose_nothing() {
     for_each_jdk(|jdk| {
         let dir = scratch(&format!("bc-fullring-{}", jdk.label()));
-        let (r1, a) = profile(jdk, &dir, "a", "gran=5", &[], "kprof.harness.Deterministic", &[]);
-        let (r2, b) = profile(jdk, &dir, "b", "gran=5", &[], "kprof.harness.Deterministic", &[]);
+        let opts = "gran=5,stack=reified";
+        let (r1, a) = profile(jdk, &dir, "a", opts, &[], "kprof.harness.Deterministic", &[]);
+        let (r2, b) = profile(jdk, &dir, "b", opts, &[], "kprof.harness.Deterministic", &[]);
         for r in [&r1, &r2] {
             let s = r.summary();
             assert_eq!(s["dropped"], "0", "{}: {}", jdk.label(), r.summary_line().unwrap_or(""));
