@@ -146,8 +146,8 @@ const FLUSH_EVERY: u64 = 64;
 
 /// The shared counts: samples taken from the chain, frames shared with the previous sample, frames
 /// decoded, samples that also walked to place a frame (and of them those that walked only the changed
-/// frames), samples left to `stack=walk`, and (`fpcheck`)
-/// samples whose context differed from the walk's.
+/// frames), interpreter frames placed by the method read from them, samples left to `stack=walk`, and
+/// (`fpcheck`) samples whose context differed from the walk's.
 static SAMPLES: AtomicU64 = AtomicU64::new(0);
 static REUSED: AtomicU64 = AtomicU64::new(0);
 static DECODED: AtomicU64 = AtomicU64::new(0);
@@ -171,8 +171,12 @@ static METHOD_IDS_AGREED: AtomicU64 = AtomicU64::new(0);
 static METHOD_IDS_REFUTED: AtomicBool = AtomicBool::new(false);
 const TRUST_AFTER: u64 = 256;
 
-/// The jmethodID of the interpreter frame's `method` (0: none, or not known how to read).
+/// The jmethodID of the interpreter frame's `method` (0: none, not known how to read, or the read was
+/// found wrong on this JVM).
 fn interpreted_method_id(method: usize) -> usize {
+    if METHOD_IDS_REFUTED.load(Relaxed) {
+        return 0;
+    }
     match METHOD_IDS.get() {
         // SAFETY: `method` is the `Method*` of an interpreter frame on this thread's stack, read from it
         // just now (the sample runs on that thread): a live method of a loaded class.
